@@ -1,0 +1,131 @@
+// pallas::Array: an owning n-d array on the host or on a device.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "pallas/dtype.h"
+#include "pallas/error.h"
+
+namespace pallas {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s, DType t);
+std::string shape_str(const Shape& s);
+int64_t shape_size(const Shape& s);
+
+struct Device {
+  enum class Kind : uint8_t { Host, Cuda };
+  Kind kind = Kind::Host;
+  int index = 0;
+  static Device host() { return {Kind::Host, 0}; }
+  static Device cuda(int n = 0) { return {Kind::Cuda, n}; }
+  bool is_host() const { return kind == Kind::Host; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;
+};
+
+// Storage behind an Array; host memory or a device allocation (see src/runtime).
+struct Buffer;
+
+struct ShapeDtype {
+  Shape shape;
+  DType dtype = DType::F32;
+  ShapeDtype() = default;
+  ShapeDtype(Shape s, DType t) : shape(std::move(s)), dtype(t) {}
+  bool operator==(const ShapeDtype&) const = default;
+  std::string str() const { return shape_str(shape, dtype); }
+};
+
+class Array {
+ public:
+  Array() = default;
+  // Uninitialised storage of the given shape and dtype.
+  Array(Shape shape, DType dtype, Device device = Device::host());
+
+  template <class T>
+  static Array from_vector(const std::vector<T>& v, Shape shape) {
+    constexpr DType t = dtype_of<storage_t<T>>();
+    if (static_cast<int64_t>(v.size()) != shape_size(shape))
+      throw Error("Array::from_vector: " + std::to_string(v.size()) + " values for shape " +
+                  shape_str(shape) + " of " + std::to_string(shape_size(shape)) + " elements");
+    Array a(std::move(shape), t);
+    if constexpr (std::is_same_v<T, bool>) {
+      auto* p = static_cast<bool*>(a.data());
+      for (size_t i = 0; i < v.size(); ++i) p[i] = v[i];
+    } else {
+      std::memcpy(a.data(), v.data(), v.size() * sizeof(T));
+    }
+    return a;
+  }
+  template <class T>
+  static Array from_vector(const std::vector<T>& v) {
+    return from_vector(v, Shape{static_cast<int64_t>(v.size())});
+  }
+  // A rank-0 array (dynamic grid bounds and scalar prefetch take these).
+  template <class T>
+  static Array scalar(T v) {
+    return from_vector(std::vector<T>{v}, Shape{});
+  }
+  static Array zeros(Shape shape, DType dtype);
+  static Array full(Shape shape, double value, DType dtype);
+
+  // Converts element by element to T (any dtype to any arithmetic T, f16_t or bf16_t).
+  template <class T>
+  std::vector<T> to_vector() const {
+    std::vector<T> out(static_cast<size_t>(size()));
+    copy_to_host_as(dtype_of<storage_t<T>>(), out.data());
+    return out;
+  }
+
+  const Shape& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t size() const { return shape_size(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(size()) * itemsize(dtype_); }
+  Device device() const;
+  bool defined() const { return buffer_ != nullptr; }
+  ShapeDtype shape_dtype() const { return {shape_, dtype_}; }
+
+  // Host pointer; throws for device arrays (move them with to_host() first).
+  void* data();
+  const void* data() const;
+  // Raw storage pointer, host or device.
+  void* raw_data() const;
+
+  Array to(Device d) const;
+  Array to_host() const { return to(Device::host()); }
+  Array copy() const;
+  Array astype(DType t) const;
+  Array reshape(Shape s) const;  // shares storage
+  std::shared_ptr<Buffer> buffer() const { return buffer_; }
+  Array(std::shared_ptr<Buffer> buf, Shape shape, DType dtype)
+      : buffer_(std::move(buf)), shape_(std::move(shape)), dtype_(dtype) {}
+
+ private:
+  template <class T>
+  using storage_t = std::conditional_t<
+      std::is_same_v<T, long long>, int64_t,
+      std::conditional_t<std::is_same_v<T, unsigned long long>, uint64_t, T>>;
+  void copy_to_host_as(DType t, void* out) const;
+
+  std::shared_ptr<Buffer> buffer_;
+  Shape shape_;
+  DType dtype_ = DType::F32;
+};
+
+// Convert a contiguous run of n elements between dtypes (saturating float→int, NaN → 0, as XLA).
+void convert_elements(DType from, const void* src, DType to, void* dst, int64_t n);
+
+namespace random {
+// Counter-based (splitmix64) so the same seed gives the same array on every machine.
+Array normal(Shape shape, DType dtype, uint64_t seed, double mean = 0.0, double stddev = 1.0);
+Array uniform(Shape shape, DType dtype, uint64_t seed, double lo = 0.0, double hi = 1.0);
+// Integers uniformly in [lo, hi).
+Array randint(Shape shape, DType dtype, uint64_t seed, int64_t lo, int64_t hi);
+}  // namespace random
+
+}  // namespace pallas

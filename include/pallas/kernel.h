@@ -1,0 +1,383 @@
+// What a kernel is written in: Values (traced tiles and scalars), Refs and the in-kernel ops.
+//
+// A Value is a handle to a variable of the kernel being traced (or a C++ constant). Every
+// function here appends one or more equations to the trace; nothing is computed until the
+// kernel runs on a backend.
+#pragma once
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "pallas/array.h"
+#include "pallas/dtype.h"
+
+namespace pallas {
+
+namespace detail {
+struct ValueImpl;
+}
+
+class Value {
+ public:
+  Value() = default;
+  // C++ scalars are weak-typed constants, like Python scalars in JAX: `x + 1` keeps x's dtype.
+  // bool is not weak.
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+  Value(T v) {  // NOLINT(google-explicit-constructor)
+    if constexpr (std::is_same_v<T, bool>)
+      init_bool(v);
+    else if constexpr (std::is_floating_point_v<T>)
+      init_float(static_cast<double>(v));
+    else
+      init_int(static_cast<int64_t>(v));
+  }
+  // A typed (not weak) constant.
+  static Value constant(double v, DType t);
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const;
+  DType dtype() const;
+  int ndim() const { return static_cast<int>(shape().size()); }
+  bool weak_type() const;
+  std::string str() const;  // "f32[128,64]"
+
+  Value astype(DType t) const;
+  Value reshape(Shape s) const;
+  Value T() const;  // reverse the axes
+
+  explicit Value(std::shared_ptr<const detail::ValueImpl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<const detail::ValueImpl>& impl() const { return impl_; }
+
+ private:
+  void init_bool(bool v);
+  void init_float(double v);
+  void init_int(int64_t v);
+  std::shared_ptr<const detail::ValueImpl> impl_;
+};
+
+// ---- indexing ----
+struct AllT {};
+inline constexpr AllT all{};
+
+// A slice of `size` elements from `start` (a Value or integer) with a static stride.
+struct DSlice {
+  Value start;
+  int64_t size;
+  int64_t stride = 1;
+};
+inline DSlice ds(Value start, int64_t size, int64_t stride = 1) { return {std::move(start), size, stride}; }
+// Static Python-style slice [start, stop) with a step.
+inline DSlice slice(int64_t start, int64_t stop, int64_t step = 1) {
+  return {Value(start), (stop - start + step - 1) / step, step};
+}
+
+struct Indexer {
+  enum class Kind : uint8_t { All, Index, Slice };
+  Kind kind = Kind::All;
+  Value index;  // Kind::Index: an integer scalar, or an integer array (gather/scatter indexing)
+  DSlice slice{Value(0), 0, 1};
+
+  Indexer(AllT) : kind(Kind::All) {}  // NOLINT
+  Indexer(DSlice s) : kind(Kind::Slice), slice(std::move(s)) {}  // NOLINT
+  Indexer(Value v) : kind(Kind::Index), index(std::move(v)) {}  // NOLINT
+  template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+  Indexer(T v) : kind(Kind::Index), index(Value(static_cast<int64_t>(v))) {}  // NOLINT
+};
+using Indexers = std::vector<Indexer>;
+
+struct LoadOptions {
+  Value mask;   // bool, broadcastable to the loaded shape; masked-off lanes are not read
+  Value other;  // value of masked-off lanes (needs mask)
+  std::string cache_modifier;   // hints for the GPU: "", ".ca", ".cg"
+  std::string eviction_policy;  // "", "evict_first", "evict_last"
+  bool is_volatile = false;
+};
+struct StoreOptions {
+  Value mask;
+  std::string eviction_policy;
+};
+
+class Ref;
+
+// `ref[...]` / `ref(i, j)`: reads when used as a Value, writes when assigned.
+class RefView {
+ public:
+  RefView(const Ref& r, Indexers idx);
+  operator Value() const { return get(); }  // NOLINT
+  Value get() const;
+  const RefView& operator=(const Value& v) const;
+  const RefView& operator=(const RefView& v) const;  // o[all] = x[all]
+  const RefView& operator+=(const Value& v) const;   // addupdate
+  // Conveniences so a view can be used like the Value it reads.
+  Value astype(DType t) const { return get().astype(t); }
+  Shape shape() const { return get().shape(); }
+
+ private:
+  std::shared_ptr<const detail::ValueImpl> ref_;
+  Indexers idx_;
+};
+
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(Value v);
+  const Shape& shape() const { return value_.shape(); }
+  DType dtype() const { return value_.dtype(); }
+  int ndim() const { return value_.ndim(); }
+  RefView operator[](Indexer i) const { return RefView(*this, {std::move(i)}); }
+  template <class... I>
+  RefView operator()(I&&... idx) const {
+    return RefView(*this, Indexers{Indexer(std::forward<I>(idx))...});
+  }
+  RefView at(Indexers idx) const { return RefView(*this, std::move(idx)); }
+  const Value& value() const { return value_; }
+
+ private:
+  Value value_;
+};
+
+// ---- memory ----
+Value load(const Ref& ref, Indexers idx, LoadOptions opts = {});
+void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {});
+Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {});
+// Atomic read-modify-write; returns the previous values.
+Value atomic_add(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_max(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_min(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_and_(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_or_(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_xor_(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_xchg(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
+Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v);
+
+// ---- grid ----
+Value program_id(int axis);
+Value num_programs(int axis);
+
+// ---- elementwise (jnp-like: operands are promoted and broadcast; ints to float ops become f32) ----
+#define PALLAS_API_UNARY(X)                                                                        \
+  X(neg) X(abs) X(sign) X(ceil) X(floor) X(round) X(exp) X(exp2) X(expm1) X(log) X(log1p) X(sqrt) \
+  X(cbrt) X(rsqrt) X(sin) X(cos) X(tan) X(asin) X(acos) X(atan) X(sinh) X(cosh) X(tanh) X(asinh)  \
+  X(acosh) X(atanh) X(logistic) X(erf) X(erf_inv) X(is_finite) X(population_count) X(clz)          \
+  X(logical_not) X(bitwise_not)
+#define PALLAS_X(name) Value name(const Value& x);
+PALLAS_API_UNARY(PALLAS_X)
+#undef PALLAS_X
+inline Value sigmoid(const Value& x) { return logistic(x); }
+
+#define PALLAS_API_BINARY(X)                                                                      \
+  X(add) X(sub) X(mul) X(div) X(rem) X(pow) X(atan2) X(maximum) X(minimum) X(nextafter)          \
+  X(bitwise_and) X(bitwise_or) X(bitwise_xor) X(shift_left) X(shift_right_arithmetic)             \
+  X(shift_right_logical) X(eq) X(ne) X(lt) X(le) X(gt) X(ge)
+#define PALLAS_X(name) Value name(const Value& x, const Value& y);
+PALLAS_API_BINARY(PALLAS_X)
+#undef PALLAS_X
+
+Value where(const Value& cond, const Value& x, const Value& y);
+Value select_n(const Value& which, const std::vector<Value>& cases);
+Value clamp(const Value& lo, const Value& x, const Value& hi);
+Value integer_pow(const Value& x, int n);
+Value square(const Value& x);
+Value bitcast(const Value& x, DType t);  // same bit width
+Value stop_gradient(const Value& x);
+
+Value operator+(const Value& a, const Value& b);
+Value operator-(const Value& a, const Value& b);
+Value operator*(const Value& a, const Value& b);
+Value operator/(const Value& a, const Value& b);  // integers: truncating, as C++ (lax.div)
+Value operator%(const Value& a, const Value& b);  // sign of the dividend, as C++ (lax.rem)
+Value operator&(const Value& a, const Value& b);
+Value operator|(const Value& a, const Value& b);
+Value operator^(const Value& a, const Value& b);
+Value operator<<(const Value& a, const Value& b);
+Value operator>>(const Value& a, const Value& b);  // arithmetic for signed, logical for unsigned
+Value operator==(const Value& a, const Value& b);
+Value operator!=(const Value& a, const Value& b);
+Value operator<(const Value& a, const Value& b);
+Value operator<=(const Value& a, const Value& b);
+Value operator>(const Value& a, const Value& b);
+Value operator>=(const Value& a, const Value& b);
+Value operator-(const Value& a);
+Value operator!(const Value& a);
+Value operator~(const Value& a);
+inline Value& operator+=(Value& a, const Value& b) { return a = a + b; }
+inline Value& operator-=(Value& a, const Value& b) { return a = a - b; }
+inline Value& operator*=(Value& a, const Value& b) { return a = a * b; }
+inline Value& operator/=(Value& a, const Value& b) { return a = a / b; }
+
+// ---- shapes ----
+// Axes for reductions and squeeze: one int or a list.
+struct Axes {
+  std::vector<int> axes;
+  bool all = false;
+  Axes() : all(true) {}
+  Axes(int a) : axes{a} {}  // NOLINT
+  Axes(std::initializer_list<int> a) : axes(a) {}  // NOLINT
+  Axes(std::vector<int> a) : axes(std::move(a)) {}  // NOLINT
+};
+
+Value broadcast_to(const Value& x, const Shape& shape);
+Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& broadcast_dims);
+Value reshape(const Value& x, const Shape& shape);
+Value squeeze(const Value& x, Axes axes = {});
+Value expand_dims(const Value& x, int axis);
+Value transpose(const Value& x, std::vector<int> perm = {});
+Value iota(DType dtype, const Shape& shape, int dimension = 0);
+Value arange(int64_t stop);                 // i32[stop]
+Value arange(int64_t start, int64_t stop);  // i32[stop-start]
+Value convert_element_type(const Value& x, DType t);
+
+// pl::full / pl::zeros: a Value inside a kernel, an Array outside (both conversions exist).
+struct Filled {
+  Shape shape;
+  double value;
+  DType dtype;
+  operator Value() const;  // NOLINT
+  operator Array() const { return Array::full(shape, value, dtype); }  // NOLINT
+  Value value_() const { return static_cast<Value>(*this); }
+};
+inline Filled full(Shape shape, double value, DType dtype = DType::F32) { return {std::move(shape), value, dtype}; }
+inline Filled zeros(Shape shape, DType dtype = DType::F32) { return {std::move(shape), 0.0, dtype}; }
+inline Filled ones(Shape shape, DType dtype = DType::F32) { return {std::move(shape), 1.0, dtype}; }
+Value full_like(const Value& x, double value);
+Value zeros_like(const Value& x);
+
+// ---- dot ----
+enum class Precision : uint8_t { Default, High, Highest };
+struct DotOptions {
+  bool trans_a = false;
+  bool trans_b = false;
+  Precision precision = Precision::Default;  // f32: Default/High use tf32 on the GPU, Highest is IEEE f32
+  std::optional<DType> preferred_type;       // accumulator/result; default f32 (i32 for ints, f64 for f64)
+};
+Value dot(const Value& a, const Value& b, DotOptions opts = {});
+
+// ---- reductions ----
+Value sum(const Value& x, Axes axes = {}, bool keepdims = false);
+Value max(const Value& x, Axes axes = {}, bool keepdims = false);
+Value min(const Value& x, Axes axes = {}, bool keepdims = false);
+Value prod(const Value& x, Axes axes = {}, bool keepdims = false);
+Value argmax(const Value& x, int axis, bool keepdims = false);
+Value argmin(const Value& x, int axis, bool keepdims = false);
+Value cumsum(const Value& x, int axis);
+
+// ---- control flow (bodies are traced once into sub-jaxprs) ----
+namespace detail {
+using LoopBody = std::function<std::vector<Value>(const Value&, const std::vector<Value>&)>;
+using CondFn = std::function<std::vector<Value>(const std::vector<Value>&)>;
+using Branch = std::function<std::vector<Value>(const std::vector<Value>&)>;
+std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::vector<Value>& init,
+                                  const LoopBody& body, int unroll);
+std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body);
+std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& branches,
+                               const std::vector<Value>& operands);
+}  // namespace detail
+
+// fori_loop(lo, hi, init, body): body(i, carry) -> carry; carry is one Value or a vector.
+template <class Body>
+Value fori_loop(const Value& lo, const Value& hi, const Value& init, Body&& body, int unroll = 1) {
+  return detail::fori_loop_impl(
+      lo, hi, {init},
+      [&](const Value& i, const std::vector<Value>& c) { return std::vector<Value>{body(i, c[0])}; },
+      unroll)[0];
+}
+template <class Body>
+std::vector<Value> fori_loop(const Value& lo, const Value& hi, const std::vector<Value>& init, Body&& body,
+                             int unroll = 1) {
+  return detail::fori_loop_impl(
+      lo, hi, init,
+      [&](const Value& i, const std::vector<Value>& c) { return std::vector<Value>(body(i, c)); }, unroll);
+}
+// Loop for its effects only: body(i).
+template <class Body>
+void fori_loop(const Value& lo, const Value& hi, Body&& body, int unroll = 1) {
+  detail::fori_loop_impl(
+      lo, hi, {},
+      [&](const Value& i, const std::vector<Value>&) {
+        body(i);
+        return std::vector<Value>{};
+      },
+      unroll);
+}
+
+template <class Cond, class Body>
+Value while_loop(const Value& init, Cond&& cond, Body&& body) {
+  return detail::while_loop_impl(
+      {init}, [&](const std::vector<Value>& c) { return std::vector<Value>{cond(c[0])}; },
+      [&](const std::vector<Value>& c) { return std::vector<Value>{body(c[0])}; })[0];
+}
+template <class Cond, class Body>
+std::vector<Value> while_loop(const std::vector<Value>& init, Cond&& cond, Body&& body) {
+  return detail::while_loop_impl(
+      init, [&](const std::vector<Value>& c) { return std::vector<Value>{cond(c)}; },
+      [&](const std::vector<Value>& c) { return std::vector<Value>(body(c)); });
+}
+
+namespace detail {
+template <class F>
+Branch as_branch(F&& f) {
+  return [f](const std::vector<Value>& ops) -> std::vector<Value> {
+    using R = decltype(f(ops));
+    if constexpr (std::is_void_v<R>) {
+      f(ops);
+      return {};
+    } else if constexpr (std::is_convertible_v<R, Value>) {
+      return {Value(f(ops))};
+    } else {
+      return std::vector<Value>(f(ops));
+    }
+  };
+}
+template <class F>
+Branch as_branch0(F&& f) {
+  return as_branch([f](const std::vector<Value>&) { return f(); });
+}
+}  // namespace detail
+
+// cond(pred, then_fn, else_fn, operands): both fns take the operands and return the same
+// kind of result (nothing, a Value or a vector of Values).
+template <class T, class E>
+std::vector<Value> cond(const Value& pred, T&& then_fn, E&& else_fn, const std::vector<Value>& operands) {
+  return detail::switch_impl(pred.astype(DType::I32),
+                             {detail::as_branch(std::forward<E>(else_fn)), detail::as_branch(std::forward<T>(then_fn))},
+                             operands);
+}
+// cond(pred, then_fn, else_fn) with closures of no arguments.
+template <class T, class E>
+auto cond(const Value& pred, T&& then_fn, E&& else_fn) {
+  using R = decltype(then_fn());
+  auto outs = detail::switch_impl(pred.astype(DType::I32),
+                                  {detail::as_branch0(std::forward<E>(else_fn)),
+                                   detail::as_branch0(std::forward<T>(then_fn))},
+                                  {});
+  if constexpr (std::is_void_v<R>)
+    return;
+  else if constexpr (std::is_convertible_v<R, Value>)
+    return outs[0];
+  else
+    return outs;
+}
+// switch_case(index, branches, operands): lax.switch; index is clamped to the branch range.
+std::vector<Value> switch_case(const Value& index, const std::vector<detail::Branch>& branches,
+                               const std::vector<Value>& operands);
+// when(pred, fn): run fn (for its effects) where pred holds.
+template <class F>
+void when(const Value& pred, F&& fn) {
+  detail::switch_impl(pred.astype(DType::I32), {detail::Branch([](const std::vector<Value>&) {
+                                                  return std::vector<Value>{};
+                                                }),
+                                                detail::as_branch0(std::forward<F>(fn))},
+                      {});
+}
+
+// ---- hints and debugging ----
+Value multiple_of(const Value& x, std::vector<int64_t> values);
+Value max_contiguous(const Value& x, std::vector<int64_t> values);
+// Prints fmt with each "{}" replaced by the next value, once per program, prefixed by the program id.
+void debug_print(const std::string& fmt, const std::vector<Value>& values = {});
+
+}  // namespace pallas

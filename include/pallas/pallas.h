@@ -1,0 +1,8 @@
+// Pallas C++: the umbrella header.
+#pragma once
+#include "pallas/array.h"
+#include "pallas/block_spec.h"
+#include "pallas/dtype.h"
+#include "pallas/error.h"
+#include "pallas/kernel.h"
+#include "pallas/pallas_call.h"

@@ -1,0 +1,124 @@
+// pallas_call: run a kernel over a grid, with BlockSpecs saying which block each program sees.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "pallas/array.h"
+#include "pallas/block_spec.h"
+#include "pallas/kernel.h"
+
+namespace pallas {
+
+enum class Backend : uint8_t {
+  Auto,       // the GPU where one is present, else the interpreter
+  Interpret,  // the CPU interpreter
+  Cuda,       // NVIDIA GPU; fails clearly where there is none
+};
+
+struct CompilerParams {
+  int num_warps = 0;   // 0: the backend's default (4, as Triton)
+  int num_stages = 0;  // 0: the backend's default (3, as Triton)
+  std::string arch;    // "": the device's own (e.g. "sm_90a")
+};
+
+struct CostEstimate {
+  int64_t flops = 0;
+  int64_t transcendentals = 0;
+  int64_t bytes_accessed = 0;
+};
+
+struct CallOptions {
+  std::vector<int64_t> grid;  // any rank; pl::dynamic for a size given at call time
+  std::vector<BlockSpec> in_specs;   // empty: every input whole
+  std::vector<BlockSpec> out_specs;  // empty: every output whole
+  std::vector<ShapeDtype> scratch_shapes;  // extra refs after the outputs
+  int num_scalar_prefetch = 0;  // leading i32 operands handed to every index map and the kernel
+  std::map<int, int> input_output_aliases;  // input index -> output index
+  bool interpret = false;
+  bool debug = false;  // print the IR (and the generated code on the GPU)
+  std::string name;
+  CompilerParams compiler_params;
+  std::optional<CostEstimate> cost_estimate;
+  Backend backend = Backend::Auto;
+};
+
+namespace detail {
+struct CallState;
+using KernelFn = std::function<void(const std::vector<Ref>&)>;
+struct KernelBody {
+  KernelFn fn;
+  int arity = -1;  // -1: takes a vector of Refs
+  bool returns_value = false;
+};
+
+template <class Tr, class F, size_t... I>
+void call_kernel(F& f, const std::vector<Ref>& r, std::index_sequence<I...>) {
+  f(r[I]...);
+}
+
+template <class F>
+KernelBody wrap_kernel(F f) {
+  using Tr = fn_traits<F>;
+  KernelBody k;
+  k.returns_value = !std::is_void_v<typename Tr::result>;
+  if constexpr (Tr::arity == 1 && std::is_same_v<std::tuple_element_t<0, typename Tr::args>, std::vector<Ref>>) {
+    k.arity = -1;
+    k.fn = [f](const std::vector<Ref>& r) mutable { f(r); };
+  } else {
+    k.arity = Tr::arity;
+    k.fn = [f](const std::vector<Ref>& r) mutable { call_kernel<Tr>(f, r, std::make_index_sequence<Tr::arity>{}); };
+  }
+  return k;
+}
+
+std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
+                                     bool single_output, std::source_location loc);
+}  // namespace detail
+
+// A kernel bound to its grid and specs. Traced on its first call (or by trace()) for the
+// shapes of those arguments; later calls must pass the same shapes and dtypes.
+class Call {
+ public:
+  Call() = default;
+  explicit Call(std::shared_ptr<detail::CallState> s) : state_(std::move(s)) {}
+
+  std::vector<Array> operator()(const std::vector<Array>& args) const;
+  template <class... A, std::enable_if_t<(std::is_convertible_v<const A&, const Array&> && ...), int> = 0>
+  Array operator()(const A&... args) const {
+    return single(std::vector<Array>{args...});
+  }
+
+  // Trace for these input shapes without running (the IR is then available).
+  const Call& trace(const std::vector<ShapeDtype>& inputs) const;
+  std::string jaxpr_text() const;  // the kernel, index maps and grid, as debug=true prints
+  std::string name() const;
+  int num_outputs() const;
+  const std::shared_ptr<detail::CallState>& state() const { return state_; }
+
+ private:
+  Array single(const std::vector<Array>& args) const;
+  std::shared_ptr<detail::CallState> state_;
+};
+
+template <class F>
+Call pallas_call(F kernel, std::vector<ShapeDtype> out_shapes, CallOptions opts = {},
+                 std::source_location loc = std::source_location::current()) {
+  return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), std::move(out_shapes), std::move(opts),
+                                false, loc));
+}
+template <class F>
+Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
+                 std::source_location loc = std::source_location::current()) {
+  return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), {std::move(out_shape)}, std::move(opts),
+                                true, loc));
+}
+
+// Whether a CUDA device is usable in this process (driver found, device present).
+bool cuda_available();
+
+}  // namespace pallas

@@ -1,0 +1,323 @@
+// Interpreter rules for refs: load/store/swap/addupdate and atomics.
+//
+// Accesses outside the ref read poison (NaN / int min) and drop writes; masked-off lanes
+// are never touched (a load gives `other`, or poison without it).
+#include <algorithm>
+#include <cmath>
+
+#include "src/backends/interpret/strided.h"
+#include "src/backends/interpret/value.h"
+
+namespace pallas::interp {
+using ir::IndexDim;
+using ir::PrimId;
+
+namespace {
+
+// How one ref dimension is addressed, resolved against this run's dynamic operands.
+struct DimAccess {
+  enum Kind : uint8_t { Fixed, Range, Array } kind;
+  int64_t start = 0, step = 1;  // Fixed: coord = start; Range: start + step * out[axis]
+  int axis = -1;                // output axis (Range)
+  const int32_t* arr = nullptr; // Array: indices, laid out over the array-block output axes
+};
+
+struct Access {
+  DimAccess dims[kMaxRank];
+  int ndims = 0;
+  Dims out_shape;
+  bool has_array = false;
+  int arr_axis0 = 0, arr_rank = 0;  // where the array-index block sits in the output
+};
+
+int64_t scalar_int(const Val& v) {
+  switch (v.dtype) {
+    case DType::I32: return *v.as<int32_t>();
+    case DType::I64: return *v.as<int64_t>();
+    case DType::U32: return *v.as<uint32_t>();
+    case DType::I16: return *v.as<int16_t>();
+    case DType::I8: return *v.as<int8_t>();
+    case DType::U8: return *v.as<uint8_t>();
+    case DType::U16: return *v.as<uint16_t>();
+    case DType::U64: return static_cast<int64_t>(*v.as<uint64_t>());
+    default: return 0;
+  }
+}
+
+Access resolve(const Instr& ins, const Val* env) {
+  const auto& p = ins.eqn->params;
+  const auto& ix = p.get<ir::NDIndexer>("idx");
+  int start = static_cast<int>(p.get_int("idx_start"));
+  const Val& ref = env[ins.in[0]];
+  Access a;
+  a.ndims = ref.shape.n;
+  // Output axes: non-array dims in order; the array block goes at the first array dim when
+  // the array dims are adjacent, else first (numpy).
+  int first_arr = -1, last_arr = -1;
+  bool adjacent = true;
+  Dims arr_shape;
+  for (int d = 0; d < a.ndims; ++d)
+    if (ix.dims[d].kind == IndexDim::Kind::Array) {
+      if (first_arr < 0) {
+        first_arr = d;
+        arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
+      } else if (last_arr != d - 1) {
+        adjacent = false;
+      }
+      last_arr = d;
+    }
+  a.has_array = first_arr >= 0;
+  a.arr_rank = a.has_array ? arr_shape.n : 0;
+  int axis = 0;
+  if (a.has_array && !adjacent) {
+    a.arr_axis0 = 0;
+    axis = a.arr_rank;
+  }
+  bool placed = a.has_array && !adjacent;
+  Dims out;
+  if (placed)
+    for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
+  for (int d = 0; d < a.ndims; ++d) {
+    const IndexDim& x = ix.dims[d];
+    DimAccess& da = a.dims[d];
+    switch (x.kind) {
+      case IndexDim::Kind::Slice:
+      case IndexDim::Kind::DynSlice:
+        da.kind = DimAccess::Range;
+        da.start = x.kind == IndexDim::Kind::Slice ? x.start : scalar_int(env[ins.in[start + x.operand]]);
+        da.step = x.stride;
+        da.axis = axis++;
+        out.d[out.n++] = x.size;
+        break;
+      case IndexDim::Kind::Index:
+      case IndexDim::Kind::DynIndex:
+        da.kind = DimAccess::Fixed;
+        da.start = x.kind == IndexDim::Kind::Index ? x.start : scalar_int(env[ins.in[start + x.operand]]);
+        break;
+      case IndexDim::Kind::Array:
+        da.kind = DimAccess::Array;
+        da.arr = env[ins.in[start + x.operand]].as<int32_t>();
+        if (!placed) {
+          a.arr_axis0 = axis;
+          axis += a.arr_rank;
+          for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
+          placed = true;
+        }
+        break;
+    }
+  }
+  a.out_shape = out;
+  return a;
+}
+
+// Strided view of the accessed region when it is rectangular and in bounds.
+bool rectangular(const Access& a, const Val& ref, int64_t* offset, Dims* strides) {
+  if (a.has_array) return false;
+  int64_t off = 0;
+  Dims st;
+  st.n = a.out_shape.n;
+  for (int d = 0; d < a.ndims; ++d) {
+    const DimAccess& x = a.dims[d];
+    if (x.kind == DimAccess::Fixed) {
+      if (x.start < 0 || x.start >= ref.shape[d]) return false;
+      off += x.start * ref.strides[d];
+    } else {
+      int64_t n = a.out_shape[x.axis];
+      if (n > 0 && (x.start < 0 || x.start + (n - 1) * x.step >= ref.shape[d])) return false;
+      off += x.start * ref.strides[d];
+      st[x.axis] = x.step * ref.strides[d];
+    }
+  }
+  *offset = off;
+  *strides = st;
+  return true;
+}
+
+// Calls f(out_index, ref_offset or -1 when outside the ref) for every accessed element.
+template <class F>
+void for_each_element(const Access& a, const Val& ref, F&& f) {
+  const Dims& os = a.out_shape;
+  int64_t n = os.size();
+  int64_t idx[kMaxRank] = {};
+  int64_t arr_strides[kMaxRank];
+  {
+    int64_t s = 1;
+    for (int k = a.arr_rank - 1; k >= 0; --k) {
+      arr_strides[k] = s;
+      s *= os[a.arr_axis0 + k];
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    bool inb = true;
+    int64_t arr_flat = 0;
+    for (int k = 0; k < a.arr_rank; ++k) arr_flat += idx[a.arr_axis0 + k] * arr_strides[k];
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      int64_t c = x.kind == DimAccess::Fixed ? x.start : x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.arr[arr_flat];
+      if (c < 0 || c >= ref.shape[d]) inb = false;
+      off += c * ref.strides[d];
+    }
+    f(i, inb ? off : -1);
+    for (int k = os.n - 1; k >= 0; --k) {
+      if (++idx[k] < os[k]) break;
+      idx[k] = 0;
+    }
+  }
+}
+
+const bool* mask_at(const Instr& ins, const Val* env, size_t pos) {
+  return pos < ins.in.size() ? env[ins.in[pos]].as<bool>() : nullptr;
+}
+
+size_t after_indices(const Instr& ins) {
+  const auto& ix = ins.eqn->params.get<ir::NDIndexer>("idx");
+  int n = 0;
+  for (auto& d : ix.dims)
+    if (d.operand >= 0) n = std::max(n, d.operand + 1);
+  return static_cast<size_t>(ins.eqn->params.get_int("idx_start") + n);
+}
+
+Val read(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool* mask, const Val* other) {
+  const Val& ref = env[ins.in[0]];
+  size_t w = itemsize(ref.dtype);
+  Val o = ctx.alloc(ref.dtype, a.out_shape);
+  int64_t off;
+  Dims st;
+  if (!mask && rectangular(a, ref, &off, &st)) {
+    strided_copy(o.data, contiguous_strides(a.out_shape), static_cast<unsigned char*>(ref.data) + off * w, st,
+                 a.out_shape, w);
+    return o;
+  }
+  fill_poison(ref.dtype, o.data, o.size());
+  auto* dst = static_cast<unsigned char*>(o.data);
+  auto* src = static_cast<const unsigned char*>(ref.data);
+  const unsigned char* oth = other ? static_cast<const unsigned char*>(other->data) : nullptr;
+  for_each_element(a, ref, [&](int64_t i, int64_t roff) {
+    if (mask && !mask[i]) {
+      if (oth) std::memcpy(dst + i * w, oth + i * w, w);
+      return;
+    }
+    if (roff >= 0) std::memcpy(dst + i * w, src + roff * w, w);
+  });
+  return o;
+}
+
+void write(const Val& ref, const Access& a, const Val& v, const bool* mask) {
+  size_t w = itemsize(ref.dtype);
+  int64_t off;
+  Dims st;
+  if (!mask && rectangular(a, ref, &off, &st)) {
+    strided_copy(static_cast<unsigned char*>(ref.data) + off * w, st, v.data, contiguous_strides(a.out_shape),
+                 a.out_shape, w);
+    return;
+  }
+  auto* dst = static_cast<unsigned char*>(ref.data);
+  auto* src = static_cast<const unsigned char*>(v.data);
+  for_each_element(a, ref, [&](int64_t i, int64_t roff) {
+    if ((mask && !mask[i]) || roff < 0) return;
+    std::memcpy(dst + roff * w, src + i * w, w);
+  });
+}
+
+void load_rule(const Instr& ins, Val* env, Ctx& ctx) {
+  Access a = resolve(ins, env);
+  const auto& p = ins.eqn->params;
+  size_t k = after_indices(ins);
+  const bool* mask = p.get_bool("has_mask") ? env[ins.in[k++]].as<bool>() : nullptr;
+  const Val* other = p.get_bool("has_other") ? &env[ins.in[k++]] : nullptr;
+  env[ins.out[0]] = read(ins, env, ctx, a, mask, other);
+}
+
+void store_rule(const Instr& ins, Val* env, Ctx&) {
+  Access a = resolve(ins, env);
+  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  write(env[ins.in[0]], a, env[ins.in[1]], mask);
+}
+
+void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
+  Access a = resolve(ins, env);
+  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  Val old = read(ins, env, ctx, a, mask, nullptr);
+  write(env[ins.in[0]], a, env[ins.in[1]], mask);
+  env[ins.out[0]] = old;
+}
+
+// Read-modify-write of every element; returns the old values. Programs that can touch the
+// same ref run on one thread in order (see interpreter.cc), so plain updates are atomic.
+template <class Update>
+Val rmw(const Instr& ins, Val* env, Ctx& ctx, const Access& a, const bool* mask, Update&& upd) {
+  const Val& ref = env[ins.in[0]];
+  Val old = ctx.alloc(ref.dtype, a.out_shape);
+  fill_poison(ref.dtype, old.data, old.size());
+  dispatch(ref.dtype, [&]<class T>() {
+    T* r = ref.as<T>();
+    T* o = old.as<T>();
+    for_each_element(a, ref, [&](int64_t i, int64_t roff) {
+      if ((mask && !mask[i]) || roff < 0) return;
+      o[i] = r[roff];
+      r[roff] = upd.template operator()<T>(r[roff], i);
+    });
+  });
+  return old;
+}
+
+template <class T>
+T combine(const std::string& op, T cur, T v) {
+  using E = Elem<T>;
+  using C = typename E::C;
+  C a = E::get(cur), b = E::get(v);
+  if (op == "add") {
+    if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+      return E::put(static_cast<C>(static_cast<std::make_unsigned_t<C>>(a) + static_cast<std::make_unsigned_t<C>>(b)));
+    else
+      return E::put(static_cast<C>(a + b));
+  }
+  if (op == "max") return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
+  if (op == "min") return E::put(a < b ? a : b);
+  if (op == "xchg") return v;
+  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
+    if (op == "and") return static_cast<T>(a & b);
+    if (op == "or") return static_cast<T>(a | b);
+    if (op == "xor") return static_cast<T>(a ^ b);
+  }
+  throw Error("interpreter: atomic_" + op + " does not take " + dtype_name(dtype_of<T>()));
+}
+
+void addupdate_rule(const Instr& ins, Val* env, Ctx& ctx) {
+  Access a = resolve(ins, env);
+  const Val& v = env[ins.in[1]];
+  static const std::string add = "add";
+  rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(add, cur, v.as<T>()[i]); });
+}
+
+void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
+  Access a = resolve(ins, env);
+  const Val& v = env[ins.in[1]];
+  const std::string& op = ins.eqn->params.get<std::string>("op");
+  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
+}
+
+void atomic_cas_rule(const Instr& ins, Val* env, Ctx& ctx) {
+  Access a = resolve(ins, env);
+  const Val& cmp = env[ins.in[1]];
+  const Val& v = env[ins.in[2]];
+  env[ins.out[0]] = rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) {
+    return std::memcmp(&cur, &cmp.as<T>()[i], sizeof(T)) == 0 ? v.as<T>()[i] : cur;
+  });
+}
+
+}  // namespace
+
+void register_memory_rules() {
+  auto& t = rule_table_for_registration();
+  t.set(PrimId::load, load_rule);
+  t.set(PrimId::store, store_rule);
+  t.set(PrimId::swap, swap_rule);
+  t.set(PrimId::addupdate, addupdate_rule);
+  t.set(PrimId::atomic_rmw, atomic_rmw_rule);
+  t.set(PrimId::atomic_cas, atomic_cas_rule);
+}
+
+}  // namespace pallas::interp

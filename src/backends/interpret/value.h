@@ -1,0 +1,157 @@
+// The interpreter's runtime values: whole tiles in arena memory, refs as strided views.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "pallas/dtype.h"
+#include "src/ir/ir.h"
+#include "src/ir/primitive.h"
+
+namespace pallas::interp {
+
+inline constexpr int kMaxRank = 8;
+
+// A shape or stride list without heap allocation.
+struct Dims {
+  int8_t n = 0;
+  int64_t d[kMaxRank] = {};
+  Dims() = default;
+  explicit Dims(const Shape& s);
+  int64_t size() const {
+    int64_t r = 1;
+    for (int k = 0; k < n; ++k) r *= d[k];
+    return r;
+  }
+  int64_t operator[](int k) const { return d[k]; }
+  int64_t& operator[](int k) { return d[k]; }
+  Shape shape() const { return Shape(d, d + n); }
+  bool operator==(const Dims& o) const {
+    if (n != o.n) return false;
+    for (int k = 0; k < n; ++k)
+      if (d[k] != o.d[k]) return false;
+    return true;
+  }
+};
+Dims contiguous_strides(const Dims& shape);
+
+// A value (contiguous tile or scalar) or a ref (strided view of a block or scratch buffer).
+struct Val {
+  DType dtype = DType::F32;
+  bool is_ref = false;
+  Dims shape;
+  Dims strides;  // refs only, in elements
+  void* data = nullptr;
+  int64_t size() const { return shape.size(); }
+  template <class T>
+  T* as() const { return static_cast<T*>(data); }
+};
+
+// Bump allocator; a mark/reset pair frees everything allocated in between.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  void* alloc(size_t bytes);
+  struct Mark {
+    size_t chunk, offset;
+  };
+  Mark mark() const { return {cur_, off_}; }
+  void reset(Mark m) { cur_ = m.chunk, off_ = m.offset; }
+
+ private:
+  struct Chunk {
+    std::unique_ptr<unsigned char[]> mem;
+    size_t size;
+  };
+  std::vector<Chunk> chunks_;
+  size_t cur_ = 0, off_ = 0;
+};
+
+struct Program;
+struct CallRuntime;
+
+// Everything a rule can see while a program of the grid runs.
+struct Ctx {
+  Arena* arena;
+  const int64_t* program_ids;  // one per grid axis
+  const int64_t* grid;         // sizes (dynamic ones resolved)
+  int grid_rank;
+  CallRuntime* call;  // shared by all programs of a call (printing, checks)
+  Val alloc(DType t, const Dims& shape) {
+    Val v;
+    v.dtype = t;
+    v.shape = shape;
+    v.data = arena->alloc(static_cast<size_t>(shape.size()) * itemsize(t));
+    return v;
+  }
+};
+
+struct Instr;
+using Rule = void (*)(const Instr&, Val* env, Ctx& ctx);
+
+struct Instr {
+  Rule rule;
+  const ir::Eqn* eqn;
+  std::vector<int> in, out;                      // env slots
+  std::vector<std::shared_ptr<Program>> subs;    // compiled sub-jaxprs (loops, branches)
+};
+
+// A jaxpr compiled to a flat list of instructions over numbered slots.
+struct Program {
+  std::vector<Instr> instrs;
+  int num_slots = 0;
+  std::vector<int> invars, outvars;
+  std::vector<std::pair<int, Val>> constants;  // literal slots and their values
+  std::vector<std::unique_ptr<unsigned char[]>> constant_storage;
+  ir::JaxprPtr keep_alive;
+};
+
+std::shared_ptr<Program> compile(const ir::JaxprPtr& j);
+// Runs p; args are copied into the invar slots; returns pointers into env for the outputs.
+void run(const Program& p, const Val* args, Val* outs, Ctx& ctx);
+
+// Rule table of the interpreter (filled by rules_*.cc).
+ir::RuleTable<Rule>& rules();
+// The same table without the one-time fill (used by the rules_*.cc files while filling it).
+ir::RuleTable<Rule>& rule_table_for_registration();
+
+// Element access helpers: every dtype is computed in a C++ type (16-bit floats in float).
+template <class T>
+struct Elem {
+  using C = T;
+  static C get(T v) { return v; }
+  static T put(C v) { return v; }
+};
+template <>
+struct Elem<f16_t> {
+  using C = float;
+  static C get(f16_t v) { return f16_to_float(v.bits); }
+  static f16_t put(C v) { return f16_t{float_to_f16(v)}; }
+};
+template <>
+struct Elem<bf16_t> {
+  using C = float;
+  static C get(bf16_t v) { return bf16_to_float(v.bits); }
+  static bf16_t put(C v) { return bf16_t{float_to_bf16(v)}; }
+};
+
+// Invoke f.template operator()<T>() for the storage type T of dtype t.
+template <class F>
+decltype(auto) dispatch(DType t, F&& f) {
+  switch (t) {
+#define PALLAS_X(name, type, str) \
+  case DType::name: return f.template operator()<type>();
+    PALLAS_DTYPES(PALLAS_X)
+#undef PALLAS_X
+  }
+  return f.template operator()<float>();
+}
+
+// Poison for out-of-bounds reads: NaN for floats, a recognisable pattern for integers.
+void fill_poison(DType t, void* p, int64_t n);
+
+}  // namespace pallas::interp

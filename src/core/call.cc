@@ -1,0 +1,123 @@
+// pallas_call's Call object and backend dispatch.
+#include "src/backends/interpret/interpreter.h"
+#include "src/core/backend_registry.h"
+#include "src/core/pallas_call.h"
+
+namespace pallas {
+
+namespace detail {
+
+const core::PallasCall& CallState::get(const std::vector<ShapeDtype>& inputs) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!traced) traced = core::trace_call(body, out_shapes, opts, what, inputs);
+  return *traced;
+}
+
+const core::PallasCall& CallState::get_traced() const {
+  if (!traced)
+    throw Error(what + ": the call has not been traced yet; call it once or call .trace({input shapes}) first");
+  return *traced;
+}
+
+std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
+                                     bool single_output, std::source_location loc) {
+  auto s = std::make_shared<CallState>();
+  std::string file = loc.file_name();
+  size_t slash = file.find_last_of('/');
+  if (slash != std::string::npos) file = file.substr(slash + 1);
+  s->what = opts.name.empty() ? "kernel at " + file + ":" + std::to_string(loc.line())
+                              : "kernel '" + opts.name + "' (" + file + ":" + std::to_string(loc.line()) + ")";
+  s->body = std::move(body);
+  s->out_shapes = std::move(out_shapes);
+  s->opts = std::move(opts);
+  s->single_output = single_output;
+  return s;
+}
+
+}  // namespace detail
+
+std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
+  if (!state_) throw Error("Call: calling an empty Call");
+  auto& st = *state_;
+  if (!st.traced) {
+    int nd = 0;
+    for (int64_t g : st.opts.grid) nd += g < 0;
+    if (args.size() < static_cast<size_t>(nd))
+      throw Error(st.what + ": called with " + std::to_string(args.size()) + " arguments but the grid has " +
+                  std::to_string(nd) + " dynamic bounds, passed first");
+    std::vector<ShapeDtype> ins;
+    for (size_t k = nd; k < args.size(); ++k) {
+      if (!args[k].defined()) throw Error(st.what + ": input " + std::to_string(k - nd) + " is an empty Array");
+      ins.push_back(args[k].shape_dtype());
+    }
+    st.get(ins);
+  }
+  const core::PallasCall& c = st.get_traced();
+  core::check_arguments(c, args);
+  return core::execute(c, args);
+}
+
+Array Call::single(const std::vector<Array>& args) const {
+  std::vector<Array> outs = (*this)(args);
+  if (outs.size() != 1)
+    throw Error(state_->what + ": the call has " + std::to_string(outs.size()) +
+                " outputs; use the vector form, call({args...}), to get all of them");
+  return outs[0];
+}
+
+const Call& Call::trace(const std::vector<ShapeDtype>& inputs) const {
+  if (!state_) throw Error("Call: tracing an empty Call");
+  state_->get(inputs);
+  return *this;
+}
+
+std::string Call::jaxpr_text() const {
+  if (!state_) throw Error("Call: empty Call");
+  return state_->get_traced().text();
+}
+
+std::string Call::name() const { return state_ ? state_->opts.name : std::string(); }
+
+int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_shapes.size()) : 0; }
+
+namespace core {
+
+Backend resolve_backend(const PallasCall& call) {
+  if (call.backend == Backend::Interpret) return Backend::Interpret;
+  const BackendRunner* gpu = cuda_runner();
+  bool have_gpu = gpu && gpu->available();
+  if (call.backend == Backend::Cuda) {
+    if (!gpu)
+      throw Error(call.what + ": backend Cuda was asked for but this build of Pallas C++ has no CUDA backend "
+                              "(configure with the CUDA toolkit present), or use Backend::Interpret");
+    if (!have_gpu)
+      throw Error(call.what + ": backend Cuda was asked for but no CUDA device is usable here (" + gpu->why_unavailable() +
+                  "); use Backend::Auto or Backend::Interpret");
+    return Backend::Cuda;
+  }
+  return have_gpu ? Backend::Cuda : Backend::Interpret;
+}
+
+std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args) {
+  if (resolve_backend(call) == Backend::Cuda) return cuda_runner()->run(call, args);
+  std::vector<Array> host;
+  bool moved = false;
+  Device dev = Device::host();
+  for (auto& a : args) {
+    if (!a.device().is_host()) moved = true, dev = a.device();
+    host.push_back(a.device().is_host() ? a : a.to_host());
+  }
+  auto r = interp::run_call(call, host);
+  if (moved)
+    for (auto& o : r.outputs) o = o.to(dev);
+  return r.outputs;
+}
+
+}  // namespace core
+
+bool cuda_available() {
+  const core::BackendRunner* gpu = core::cuda_runner();
+  return gpu && gpu->available();
+}
+
+}  // namespace pallas

@@ -1,0 +1,84 @@
+// The unit every stage takes: a PallasCall (kernel IR + GridMapping + call parameters).
+#pragma once
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pallas/pallas_call.h"
+#include "src/ir/ir.h"
+
+namespace pallas::core {
+
+// How one operand is split into blocks.
+struct BlockMapping {
+  std::string what;        // "input 1", "output 0" (for messages)
+  ShapeDtype array;        // the whole operand
+  Shape block_shape;       // squeezed dims have size 1 here
+  std::vector<bool> squeezed;
+  MemorySpace space = MemorySpace::Default;
+  // Index map: invars are the grid indices (i32 scalars) then the scalar-prefetch refs;
+  // outvars are one block index per array dim (i32).
+  ir::JaxprPtr index_map;
+  Shape ref_shape() const;  // the kernel's view: block_shape without the squeezed dims
+  // Element offset of the block with these block indices.
+  bool index_map_is_constant_zero() const;
+};
+
+struct GridMapping {
+  std::vector<int64_t> grid;  // pl::dynamic (-1) for call-time sizes
+  std::vector<ShapeDtype> prefetch;  // scalar-prefetch operands (passed whole, in SMEM)
+  std::vector<BlockMapping> inputs;  // the other inputs
+  std::vector<BlockMapping> outputs;
+  std::vector<ShapeDtype> scratch;
+  int num_dynamic_bounds() const;
+  int64_t num_programs_static() const;  // -1 with dynamic bounds
+};
+
+struct PallasCall {
+  std::string name;  // user's name (may be empty)
+  std::string what;  // "kernel 'name'" or "kernel at file:line": prefix of every error
+  ir::JaxprPtr kernel;  // invars: prefetch refs, input refs, output refs, scratch refs
+  GridMapping grid;
+  std::map<int, int> aliases;  // call input index (prefetch included) -> output index
+  CompilerParams compiler_params;
+  std::optional<CostEstimate> cost_estimate;
+  Backend backend = Backend::Auto;
+  bool debug = false;
+
+  std::vector<ShapeDtype> input_shapes() const;  // prefetch, then inputs
+  std::vector<ShapeDtype> output_shapes() const;
+  std::string text() const;  // grid, block mappings and kernel, readable and stable
+  uint64_t hash() const;
+};
+
+// Trace a user kernel into a PallasCall for these input shapes (validating everything).
+PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDtype>& out_shapes,
+                      const CallOptions& opts, const std::string& what, const std::vector<ShapeDtype>& inputs);
+
+// Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
+void check_arguments(const PallasCall& call, const std::vector<Array>& args);
+
+// Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs.
+std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args);
+
+Backend resolve_backend(const PallasCall& call);
+
+}  // namespace pallas::core
+
+namespace pallas::detail {
+// What a Call holds: either a user kernel to trace on first use, or a ready PallasCall
+// (from a transformation).
+struct CallState {
+  KernelBody body;
+  std::vector<ShapeDtype> out_shapes;
+  CallOptions opts;
+  bool single_output = false;
+  std::string what;
+  std::optional<core::PallasCall> traced;
+  std::mutex mu;
+  const core::PallasCall& get(const std::vector<ShapeDtype>& inputs);
+  const core::PallasCall& get_traced() const;
+};
+}  // namespace pallas::detail

@@ -1,0 +1,259 @@
+// Tracing a pallas_call: validate options, trace index maps and the kernel, build the GridMapping.
+#include <cstdio>
+
+#include "src/core/pallas_call.h"
+#include "src/ir/primitive.h"
+#include "src/trace/api_util.h"
+#include "src/trace/trace.h"
+
+namespace pallas::core {
+
+Shape BlockMapping::ref_shape() const {
+  Shape s;
+  for (size_t k = 0; k < block_shape.size(); ++k)
+    if (!squeezed[k]) s.push_back(block_shape[k]);
+  return s;
+}
+
+bool BlockMapping::index_map_is_constant_zero() const {
+  for (auto& a : index_map->outvars) {
+    auto* l = std::get_if<ir::Literal>(&a);
+    if (!l || l->i != 0) return false;
+  }
+  return index_map->eqns.empty();
+}
+
+int GridMapping::num_dynamic_bounds() const {
+  int n = 0;
+  for (int64_t g : grid) n += g < 0;
+  return n;
+}
+
+int64_t GridMapping::num_programs_static() const {
+  int64_t n = 1;
+  for (int64_t g : grid) {
+    if (g < 0) return -1;
+    n *= g;
+  }
+  return n;
+}
+
+std::vector<ShapeDtype> PallasCall::input_shapes() const {
+  std::vector<ShapeDtype> r = grid.prefetch;
+  for (auto& b : grid.inputs) r.push_back(b.array);
+  return r;
+}
+std::vector<ShapeDtype> PallasCall::output_shapes() const {
+  std::vector<ShapeDtype> r;
+  for (auto& b : grid.outputs) r.push_back(b.array);
+  return r;
+}
+
+std::string PallasCall::text() const {
+  std::string s = "pallas_call " + what + "\n  grid=(";
+  for (size_t k = 0; k < grid.grid.size(); ++k)
+    s += (k ? ", " : "") + (grid.grid[k] < 0 ? std::string("dynamic") : std::to_string(grid.grid[k]));
+  s += grid.grid.size() == 1 ? ",)\n" : ")\n";
+  auto block = [&](const BlockMapping& b) {
+    s += "  " + b.what + ": " + b.array.str() + " block=" + shape_str(b.block_shape);
+    for (size_t k = 0; k < b.squeezed.size(); ++k)
+      if (b.squeezed[k]) s += " squeezed(" + std::to_string(k) + ")";
+    if (b.space == MemorySpace::Any) s += " memory_space=any";
+    s += "\n    index_map=" + ir::to_text(*b.index_map) + "\n";
+  };
+  for (size_t k = 0; k < grid.prefetch.size(); ++k) s += "  scalar prefetch " + std::to_string(k) + ": " + grid.prefetch[k].str() + "\n";
+  for (auto& b : grid.inputs) block(b);
+  for (auto& b : grid.outputs) block(b);
+  for (size_t k = 0; k < grid.scratch.size(); ++k) s += "  scratch " + std::to_string(k) + ": " + grid.scratch[k].str() + "\n";
+  for (auto& [i, o] : aliases) s += "  alias input " + std::to_string(i) + " -> output " + std::to_string(o) + "\n";
+  s += "  kernel=" + ir::to_text(*kernel) + "\n";
+  return s;
+}
+
+uint64_t PallasCall::hash() const { return ir::hash_text(text()); }
+
+namespace {
+
+std::string plural(size_t n, const char* w) { return std::to_string(n) + " " + w + (n == 1 ? "" : "s"); }
+
+ir::JaxprPtr trace_index_map(const std::string& what, const BlockSpec& spec, const BlockMapping& bm,
+                             const std::vector<int64_t>& grid, const std::vector<ShapeDtype>& prefetch) {
+  trace::KernelContext ctx{what, grid, false};
+  trace::Frame f(&ctx, false);
+  std::vector<Value> args;
+  for (size_t k = 0; k < grid.size(); ++k) args.push_back(trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32))));
+  for (auto& p : prefetch) args.push_back(trace::make_value(f.add_invar(ir::Aval::ref(p.shape, p.dtype, MemorySpace::Smem))));
+  std::vector<Value> outs;
+  size_t rank = bm.array.shape.size();
+  if (!spec.index_map || spec.memory_space == MemorySpace::Any) {
+    for (size_t k = 0; k < rank; ++k) outs.push_back(Value(0));
+  } else {
+    size_t want = grid.size() + prefetch.size();
+    if (spec.index_map_arity >= 0 && static_cast<size_t>(spec.index_map_arity) != want)
+      throw Error(what + " takes " + plural(spec.index_map_arity, "argument") + " but the grid has " +
+                  plural(grid.size(), "axis") + (prefetch.empty() ? "" : " and " + plural(prefetch.size(), "scalar-prefetch operand")) +
+                  ", so it must take " + std::to_string(want));
+    outs = spec.index_map(args);
+    if (outs.size() != rank)
+      throw Error(what + " returns " + plural(outs.size(), "index") + " but the operand " + bm.array.str() +
+                  " has rank " + std::to_string(rank) + ": return one block index per dimension");
+  }
+  std::vector<ir::Atom> atoms;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    Value v = outs[k];
+    if (!v.defined()) throw Error(what + " returns an empty Value for dimension " + std::to_string(k));
+    if (!v.shape().empty() || !is_integer(v.dtype()))
+      throw Error(what + " returns " + v.str() + " for dimension " + std::to_string(k) + "; block indices must be integer scalars");
+    atoms.push_back(trace::atom_of(api::convert(v, DType::I32, false), "index_map"));
+  }
+  auto j = std::make_shared<const ir::Jaxpr>(f.finish(atoms, nullptr));
+  ir::verify(*j, what);
+  return j;
+}
+
+BlockMapping make_block(const std::string& kernel_what, const std::string& which, const ShapeDtype& array,
+                        const BlockSpec* spec, const std::vector<int64_t>& grid, const std::vector<ShapeDtype>& prefetch) {
+  BlockMapping b;
+  b.what = which;
+  b.array = array;
+  BlockSpec whole;
+  const BlockSpec& s = spec ? *spec : whole;
+  b.space = s.memory_space;
+  size_t rank = array.shape.size();
+  if (!s.block_shape || s.memory_space == MemorySpace::Any) {
+    b.block_shape = array.shape;
+    b.squeezed.assign(rank, false);
+  } else {
+    const Shape& bs = *s.block_shape;
+    if (bs.size() != rank)
+      throw Error(kernel_what + ": the block shape " + shape_str(bs) + " of " + which + " has rank " +
+                  std::to_string(bs.size()) + " but the array " + array.str() + " has rank " + std::to_string(rank) +
+                  "; give one block size per dimension (pl::squeezed for a dropped one)");
+    for (size_t k = 0; k < rank; ++k) {
+      if (bs[k] == squeezed) {
+        b.block_shape.push_back(1);
+        b.squeezed.push_back(true);
+      } else if (bs[k] <= 0) {
+        throw Error(kernel_what + ": block dimension " + std::to_string(k) + " of " + which + " is " +
+                    std::to_string(bs[k]) + "; block sizes must be positive (or pl::squeezed)");
+      } else {
+        b.block_shape.push_back(bs[k]);
+        b.squeezed.push_back(false);
+      }
+    }
+  }
+  b.index_map = trace_index_map(kernel_what + ": the index map of " + which, s, b, grid, prefetch);
+  return b;
+}
+
+}  // namespace
+
+PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDtype>& out_shapes,
+                      const CallOptions& opts, const std::string& what, const std::vector<ShapeDtype>& inputs) {
+  PallasCall c;
+  c.name = opts.name;
+  c.what = what;
+  c.compiler_params = opts.compiler_params;
+  c.cost_estimate = opts.cost_estimate;
+  c.backend = opts.interpret ? Backend::Interpret : opts.backend;
+  c.debug = opts.debug;
+  c.grid.grid = opts.grid;
+  for (int64_t g : opts.grid)
+    if (g < 0 && g != dynamic) throw Error(what + ": grid size " + std::to_string(g) + " is negative");
+  if (out_shapes.empty()) throw Error(what + ": a pallas_call needs at least one output shape");
+
+  int np = opts.num_scalar_prefetch;
+  if (np < 0 || np > static_cast<int>(inputs.size()))
+    throw Error(what + ": num_scalar_prefetch is " + std::to_string(np) + " but the call has " +
+                plural(inputs.size(), "input"));
+  for (int k = 0; k < np; ++k) {
+    if (!is_integer(inputs[k].dtype))
+      throw Error(what + ": scalar-prefetch operand " + std::to_string(k) + " is " + inputs[k].str() +
+                  "; scalar prefetch takes integer arrays");
+    c.grid.prefetch.push_back(inputs[k]);
+  }
+  size_t nin = inputs.size() - np;
+  if (!opts.in_specs.empty() && opts.in_specs.size() != nin)
+    throw Error(what + ": " + plural(opts.in_specs.size(), "in_spec") + " given for " + plural(nin, "input") +
+                (np ? " (after " + plural(np, "scalar-prefetch operand") + ")" : "") + "; give one BlockSpec per input, or none");
+  if (!opts.out_specs.empty() && opts.out_specs.size() != out_shapes.size())
+    throw Error(what + ": " + plural(opts.out_specs.size(), "out_spec") + " given for " + plural(out_shapes.size(), "output") +
+                "; give one BlockSpec per output, or none");
+
+  for (size_t k = 0; k < nin; ++k)
+    c.grid.inputs.push_back(make_block(what, "input " + std::to_string(k + np), inputs[np + k],
+                                       opts.in_specs.empty() ? nullptr : &opts.in_specs[k], opts.grid, c.grid.prefetch));
+  for (size_t k = 0; k < out_shapes.size(); ++k)
+    c.grid.outputs.push_back(make_block(what, "output " + std::to_string(k), out_shapes[k],
+                                        opts.out_specs.empty() ? nullptr : &opts.out_specs[k], opts.grid, c.grid.prefetch));
+  c.grid.scratch = opts.scratch_shapes;
+
+  for (auto [i, o] : opts.input_output_aliases) {
+    if (i < 0 || i >= static_cast<int>(inputs.size()))
+      throw Error(what + ": input_output_aliases names input " + std::to_string(i) + " but the call has " +
+                  plural(inputs.size(), "input"));
+    if (o < 0 || o >= static_cast<int>(out_shapes.size()))
+      throw Error(what + ": input_output_aliases names output " + std::to_string(o) + " but the call has " +
+                  plural(out_shapes.size(), "output"));
+    if (!(inputs[i] == out_shapes[o]))
+      throw Error(what + ": input_output_aliases maps input " + std::to_string(i) + " " + inputs[i].str() + " to output " +
+                  std::to_string(o) + " " + out_shapes[o].str() + "; aliased arrays must have the same shape and dtype");
+    for (auto [i2, o2] : opts.input_output_aliases)
+      if (i2 != i && o2 == o)
+        throw Error(what + ": output " + std::to_string(o) + " is aliased to inputs " + std::to_string(i) + " and " +
+                    std::to_string(i2) + "; alias each output at most once");
+  }
+  c.aliases = opts.input_output_aliases;
+
+  // The kernel: refs for scalar prefetch, inputs, outputs, scratch.
+  size_t nrefs = np + nin + out_shapes.size() + c.grid.scratch.size();
+  if (body.returns_value)
+    throw Error(what + ": the kernel returns a value; kernels must return void and write their results to the output refs");
+  if (body.arity >= 0 && static_cast<size_t>(body.arity) != nrefs)
+    throw Error(what + ": the kernel takes " + plural(body.arity, "ref") + " but the call passes " + std::to_string(nrefs) + " (" +
+                (np ? plural(np, "scalar-prefetch ref") + ", " : "") + plural(nin, "input") + ", " +
+                plural(out_shapes.size(), "output") + (c.grid.scratch.empty() ? "" : ", " + plural(c.grid.scratch.size(), "scratch buffer")) + ")");
+  trace::KernelContext ctx{what, opts.grid, true};
+  ir::Jaxpr kj;
+  {
+    trace::Frame f(&ctx, false);
+    std::vector<Ref> refs;
+    for (auto& p : c.grid.prefetch) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(p.shape, p.dtype, MemorySpace::Smem))));
+    for (auto& b : c.grid.inputs) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space))));
+    for (auto& b : c.grid.outputs) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space))));
+    for (auto& s : c.grid.scratch) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(s.shape, s.dtype, MemorySpace::Scratch))));
+    try {
+      body.fn(refs);
+    } catch (const Error& e) {
+      std::string m = e.what();
+      if (m.rfind(what, 0) == 0) throw;
+      throw Error(what + ": " + m);
+    }
+    kj = f.finish({}, nullptr);
+  }
+  c.kernel = std::make_shared<const ir::Jaxpr>(std::move(kj));
+  ir::verify(*c.kernel, what);
+  if (c.debug) std::printf("%s", c.text().c_str());
+  return c;
+}
+
+void check_arguments(const PallasCall& call, const std::vector<Array>& args) {
+  int nd = call.grid.num_dynamic_bounds();
+  auto ins = call.input_shapes();
+  if (args.size() != nd + ins.size())
+    throw Error(call.what + ": called with " + plural(args.size(), "argument") + " but it takes " +
+                (nd ? plural(nd, "dynamic grid bound") + " and " : "") + plural(ins.size(), "input"));
+  for (int k = 0; k < nd; ++k)
+    if (!args[k].defined() || !args[k].shape().empty() || !is_integer(args[k].dtype()))
+      throw Error(call.what + ": argument " + std::to_string(k) +
+                  " is a dynamic grid bound and must be an integer scalar Array (pl::Array::scalar(n))");
+  for (size_t k = 0; k < ins.size(); ++k) {
+    const Array& a = args[nd + k];
+    if (!a.defined()) throw Error(call.what + ": input " + std::to_string(k) + " is an empty Array");
+    if (!(a.shape_dtype() == ins[k]))
+      throw Error(call.what + ": input " + std::to_string(k) + " is " + a.shape_dtype().str() + " but the call was traced for " +
+                  ins[k].str() + "; make a new pallas_call for other shapes");
+  }
+}
+
+}  // namespace pallas::core

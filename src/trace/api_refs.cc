@@ -1,0 +1,184 @@
+// Refs: indexing into NDIndexers, loads, stores, atomics.
+#include "pallas/kernel.h"
+#include "src/ops/op_util.h"
+#include "src/trace/api_util.h"
+#include "src/trace/trace.h"
+
+namespace pallas {
+using ir::IndexDim;
+using ir::Literal;
+using ir::PrimId;
+
+Ref::Ref(Value v) : value_(std::move(v)) {
+  if (value_.defined() && !value_.impl()->aval.is_ref)
+    throw Error("pl::Ref: " + value_.str() + " is a value, not a ref");
+}
+
+namespace {
+
+struct Indexed {
+  ir::NDIndexer ix;
+  std::vector<Value> dyn;
+  Shape shape;
+};
+
+Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx) {
+  const ir::Aval& a = trace::aval_of(ref, op);
+  if (!a.is_ref) throw Error(std::string("pl::") + op + ": " + a.str() + " is not a ref");
+  if (idx.size() > static_cast<size_t>(a.ndim()))
+    throw Error(std::string("pl::") + op + ": " + std::to_string(idx.size()) + " indexers for the rank-" +
+                std::to_string(a.ndim()) + " ref " + a.str());
+  Indexed r;
+  auto dyn_operand = [&](const Value& v) {
+    r.dyn.push_back(v);
+    return static_cast<int>(r.dyn.size() - 1);
+  };
+  for (int d = 0; d < a.ndim(); ++d) {
+    IndexDim x;
+    if (d >= static_cast<int>(idx.size()) || idx[d].kind == Indexer::Kind::All) {
+      x.kind = IndexDim::Kind::Slice;
+      x.start = 0;
+      x.size = a.shape[d];
+    } else if (idx[d].kind == Indexer::Kind::Slice) {
+      const DSlice& s = idx[d].slice;
+      x.size = s.size;
+      x.stride = s.stride;
+      if (auto* l = std::get_if<Literal>(&trace::atom_of(s.start, op)); l && !is_float(l->dtype)) {
+        x.kind = IndexDim::Kind::Slice;
+        x.start = l->i;
+      } else {
+        if (!is_integer(s.start.dtype()))
+          throw Error(std::string("pl::") + op + ": ds() start must be an integer, got " + s.start.str());
+        x.kind = IndexDim::Kind::DynSlice;
+        x.operand = dyn_operand(api::convert(s.start, DType::I32, false));
+      }
+    } else {
+      const Value& v = idx[d].index;
+      const ir::Aval& va = trace::aval_of(v, op);
+      if (!is_integer(va.dtype))
+        throw Error(std::string("pl::") + op + ": index " + va.str() + " must be an integer");
+      if (auto* l = std::get_if<Literal>(&trace::atom_of(v, op))) {
+        x.kind = IndexDim::Kind::Index;
+        x.start = l->i < 0 ? l->i + a.shape[d] : l->i;  // negative indices count from the end
+      } else if (va.shape.empty()) {
+        x.kind = IndexDim::Kind::DynIndex;
+        x.operand = dyn_operand(api::convert(v, DType::I32, false));
+      } else {
+        x.kind = IndexDim::Kind::Array;
+        x.operand = dyn_operand(api::convert(v, DType::I32, false));
+      }
+    }
+    r.ix.dims.push_back(x);
+  }
+  std::vector<ir::Aval> dav;
+  for (auto& v : r.dyn) dav.push_back(v.impl()->aval);
+  r.shape = ops::indexed_shape(op, a, r.ix, dav);
+  return r;
+}
+
+// A stored value: weak scalars take the ref's dtype; scalars and broadcastable tiles widen.
+Value fit_value(const char* op, const Value& v, DType t, const Shape& s) {
+  Value c = v.weak_type() ? api::convert(v, t, false) : v;
+  if (c.dtype() != t)
+    throw Error(std::string("pl::") + op + ": value " + v.str() + " does not match the ref dtype " + dtype_name(t) +
+                "; convert it with .astype(" + dtype_name(t) + ")");
+  if (c.shape() != s) c = api::broadcast(c, s);
+  return c;
+}
+
+Value fit_mask(const char* op, const Value& m, const Shape& s) {
+  if (m.dtype() != DType::Bool) throw Error(std::string("pl::") + op + ": the mask must be bool, got " + m.str());
+  return m.shape() == s ? m : api::broadcast(m, s);
+}
+
+ir::Params index_params(const Indexed& ix, int64_t start) {
+  return {{"idx", ix.ix}, {"idx_start", start}};
+}
+
+Value atomic(const char* kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
+  std::string op = std::string("atomic_") + kind;
+  Indexed ix = make_indexer(op.c_str(), ref.value(), idx);
+  std::vector<Value> in{ref.value(), fit_value(op.c_str(), v, ref.dtype(), ix.shape)};
+  in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
+  ir::Params p = index_params(ix, 2);
+  p.set("op", std::string(kind));
+  p.set_flag("has_mask", mask.defined());
+  if (mask.defined()) in.push_back(fit_mask(op.c_str(), mask, ix.shape));
+  return trace::bind1(PrimId::atomic_rmw, in, p);
+}
+
+}  // namespace
+
+Value load(const Ref& ref, Indexers idx, LoadOptions o) {
+  Indexed ix = make_indexer("load", ref.value(), idx);
+  std::vector<Value> in{ref.value()};
+  in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
+  ir::Params p = index_params(ix, 1);
+  p.set_flag("has_mask", o.mask.defined());
+  p.set_flag("has_other", o.other.defined());
+  if (o.other.defined() && !o.mask.defined()) throw Error("pl::load: other requires mask to be provided");
+  if (o.mask.defined()) in.push_back(fit_mask("load", o.mask, ix.shape));
+  if (o.other.defined()) in.push_back(fit_value("load", o.other, ref.dtype(), ix.shape));
+  if (!o.cache_modifier.empty()) p.set("cache_modifier", o.cache_modifier);
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  if (o.is_volatile) p.set("is_volatile", true);
+  return trace::bind1(PrimId::load, in, p);
+}
+
+namespace {
+std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers& idx, const Value& v,
+                                  const Value& mask, ir::Params* p) {
+  Indexed ix = make_indexer(op, ref.value(), idx);
+  std::vector<Value> in{ref.value(), fit_value(op, v, ref.dtype(), ix.shape)};
+  in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
+  *p = index_params(ix, 2);
+  p->set_flag("has_mask", mask.defined());
+  if (mask.defined()) in.push_back(fit_mask(op, mask, ix.shape));
+  return in;
+}
+}  // namespace
+
+void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
+  ir::Params p;
+  auto in = store_operands("store", ref, idx, v, o.mask, &p);
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  trace::bind(PrimId::store, in, p);
+}
+
+Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
+  ir::Params p;
+  auto in = store_operands("swap", ref, idx, v, o.mask, &p);
+  return trace::bind1(PrimId::swap, in, p);
+}
+
+Value atomic_add(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("add", r, i, v, m); }
+Value atomic_max(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("max", r, i, v, m); }
+Value atomic_min(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("min", r, i, v, m); }
+Value atomic_and_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("and", r, i, v, m); }
+Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("or", r, i, v, m); }
+Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xor", r, i, v, m); }
+Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xchg", r, i, v, m); }
+Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v) {
+  Indexed ix = make_indexer("atomic_cas", ref.value(), idx);
+  std::vector<Value> in{ref.value(), fit_value("atomic_cas", cmp, ref.dtype(), ix.shape),
+                        fit_value("atomic_cas", v, ref.dtype(), ix.shape)};
+  in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
+  return trace::bind1(PrimId::atomic_cas, in, index_params(ix, 3));
+}
+
+RefView::RefView(const Ref& r, Indexers idx) : ref_(r.value().impl()), idx_(std::move(idx)) {}
+Value RefView::get() const { return load(Ref(Value(ref_)), idx_); }
+const RefView& RefView::operator=(const Value& v) const {
+  store(Ref(Value(ref_)), idx_, v);
+  return *this;
+}
+const RefView& RefView::operator=(const RefView& v) const { return *this = v.get(); }
+const RefView& RefView::operator+=(const Value& v) const {
+  ir::Params p;
+  auto in = store_operands("addupdate", Ref(Value(ref_)), idx_, v, Value(), &p);
+  p = ir::Params{{"idx", p.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
+  trace::bind(PrimId::addupdate, in, p);
+  return *this;
+}
+
+}  // namespace pallas

@@ -1,0 +1,112 @@
+#include "src/trace/trace.h"
+
+namespace pallas::trace {
+
+namespace {
+thread_local Frame* g_current = nullptr;
+}
+
+Frame* current_frame() { return g_current; }
+
+Frame& require_frame(const char* op) {
+  if (!g_current)
+    throw Error(std::string("pl::") + op +
+                " was called outside a kernel: in-kernel ops only work while pallas_call traces a kernel or index map");
+  return *g_current;
+}
+
+Frame::Frame(const KernelContext* ctx, bool nested) : ctx_(ctx), parent_(g_current), nested_(nested) {
+  g_current = this;
+}
+Frame::~Frame() { g_current = parent_; }
+
+ir::Var Frame::add_invar(ir::Aval a) {
+  ir::Var v = ir::new_var(std::move(a));
+  owned_.insert(v.id);
+  jaxpr_.invars.push_back(v);
+  return v;
+}
+
+ir::Var Frame::capture(const ir::Var& v) {
+  if (owned_.count(v.id)) return v;
+  auto it = captured_.find(v.id);
+  if (it != captured_.end()) return it->second;
+  if (!nested_ || !parent_)
+    throw Error(ctx_->what +
+                ": uses a Value traced outside it (a Value from another kernel or a different trace); pass data "
+                "in through the call's inputs instead");
+  ir::Var outer = parent_->capture(v);
+  ir::Var inner = ir::new_var(outer.aval);
+  owned_.insert(inner.id);
+  captured_[v.id] = inner;
+  captured_inner_.push_back(inner);
+  captured_outer_.push_back(outer);
+  return inner;
+}
+
+ir::Atom Frame::localize(const ir::Atom& a) {
+  if (auto* v = std::get_if<ir::Var>(&a)) return capture(*v);
+  return a;
+}
+
+std::vector<ir::Atom> Frame::bind(const ir::Primitive& p, const std::vector<ir::Atom>& in, ir::Params params) {
+  ir::Eqn e;
+  e.prim = &p;
+  e.params = std::move(params);
+  std::vector<ir::Aval> avals;
+  for (auto& a : in) {
+    e.in.push_back(localize(a));
+    avals.push_back(ir::atom_aval(a));
+  }
+  std::vector<ir::Aval> outs = p.abstract_eval(avals, e.params);
+  std::vector<ir::Atom> res;
+  for (auto& o : outs) {
+    ir::Var v = ir::new_var(o);
+    owned_.insert(v.id);
+    e.out.push_back(v);
+    res.emplace_back(v);
+  }
+  jaxpr_.eqns.push_back(std::move(e));
+  return res;
+}
+
+ir::Jaxpr Frame::finish(const std::vector<ir::Atom>& outs, std::vector<ir::Atom>* captured_outer) {
+  for (auto& o : outs) jaxpr_.outvars.push_back(localize(o));
+  for (auto& v : captured_inner_) jaxpr_.invars.push_back(v);
+  if (captured_outer) *captured_outer = captured_outer_;
+  else if (!captured_outer_.empty())
+    throw Error("internal: captured values dropped");
+  return std::move(jaxpr_);
+}
+
+Value make_value(ir::Atom a) {
+  ir::Aval av = ir::atom_aval(a);
+  return Value(std::make_shared<const detail::ValueImpl>(detail::ValueImpl{std::move(a), std::move(av)}));
+}
+
+const ir::Atom& atom_of(const Value& v, const char* op) {
+  if (!v.defined()) throw Error(std::string("pl::") + op + ": an operand is an empty (default-constructed) Value");
+  return v.impl()->atom;
+}
+const ir::Aval& aval_of(const Value& v, const char* op) {
+  if (!v.defined()) throw Error(std::string("pl::") + op + ": an operand is an empty (default-constructed) Value");
+  return v.impl()->aval;
+}
+
+std::vector<Value> bind(ir::PrimId id, const std::vector<Value>& in, ir::Params params) {
+  const ir::Primitive& p = ir::prim(id);
+  Frame& f = require_frame(p.name.c_str());
+  std::vector<ir::Atom> atoms;
+  atoms.reserve(in.size());
+  for (auto& v : in) atoms.push_back(atom_of(v, p.name.c_str()));
+  std::vector<Value> out;
+  for (auto& a : f.bind(p, atoms, std::move(params))) out.push_back(make_value(a));
+  return out;
+}
+
+Value bind1(ir::PrimId id, const std::vector<Value>& in, ir::Params params) {
+  auto outs = bind(id, in, std::move(params));
+  return outs.at(0);
+}
+
+}  // namespace pallas::trace

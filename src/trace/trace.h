@@ -1,0 +1,67 @@
+// Tracing: C++ lambdas over Values become Jaxprs. A Frame is one jaxpr being built (a
+// kernel, an index map, a loop body); frames nest, and a value of an outer frame used in an
+// inner one is captured as an extra input of the inner jaxpr (closure conversion).
+#pragma once
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pallas/kernel.h"
+#include "src/ir/ir.h"
+#include "src/ir/primitive.h"
+
+namespace pallas::detail {
+struct ValueImpl {
+  ir::Atom atom;
+  ir::Aval aval;
+};
+}  // namespace pallas::detail
+
+namespace pallas::trace {
+
+// What the kernel being traced knows about its call (for program_id/num_programs and errors).
+struct KernelContext {
+  std::string what;            // "kernel 'name'" or "index map of input 0 of kernel 'name'"
+  std::vector<int64_t> grid;   // pl::dynamic entries for call-time sizes
+  bool allows_program_id = false;
+};
+
+class Frame {
+ public:
+  // A root frame (no captures allowed) or a nested one.
+  Frame(const KernelContext* ctx, bool nested);
+  ~Frame();
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+
+  ir::Var add_invar(ir::Aval a);
+  std::vector<ir::Atom> bind(const ir::Primitive& p, const std::vector<ir::Atom>& in, ir::Params params);
+  ir::Atom localize(const ir::Atom& a);  // capture from outer frames when needed
+  // Finish the jaxpr; captured values become trailing invars, their outer atoms are returned.
+  ir::Jaxpr finish(const std::vector<ir::Atom>& outs, std::vector<ir::Atom>* captured_outer);
+  const KernelContext& context() const { return *ctx_; }
+
+ private:
+  ir::Var capture(const ir::Var& v);
+  const KernelContext* ctx_;
+  Frame* parent_;
+  bool nested_;
+  ir::Jaxpr jaxpr_;
+  std::unordered_set<int64_t> owned_;
+  std::unordered_map<int64_t, ir::Var> captured_;
+  std::vector<ir::Var> captured_inner_;
+  std::vector<ir::Atom> captured_outer_;
+};
+
+Frame* current_frame();  // nullptr outside any trace
+Frame& require_frame(const char* op);
+
+// Helpers for the public API implementation.
+Value make_value(ir::Atom a);
+const ir::Atom& atom_of(const Value& v, const char* op);
+const ir::Aval& aval_of(const Value& v, const char* op);
+std::vector<Value> bind(ir::PrimId id, const std::vector<Value>& in, ir::Params params = {});
+Value bind1(ir::PrimId id, const std::vector<Value>& in, ir::Params params = {});
+
+}  // namespace pallas::trace
