@@ -1,0 +1,51 @@
+// Flash-attention forward (online softmax over KV blocks), as Pallas' ops/gpu/attention.py.
+#include <cmath>
+
+#include "kernels/kernels.h"
+
+namespace pallas::kernels {
+
+Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype, AttentionConfig cfg) {
+  int64_t bq = std::min(cfg.block_q, seq), bk = std::min(cfg.block_k, seq);
+  if (seq % bq || seq % bk)
+    throw Error("kernels::flash_attention: seq=" + std::to_string(seq) + " must be a multiple of block_q and block_k");
+  double scale = cfg.sm_scale > 0 ? cfg.sm_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  bool causal = cfg.causal;
+  auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref o_ref) {
+    Value qi = program_id(2);
+    Value q = q_ref[all];
+    Value m0 = full({bq}, -INFINITY), l0 = zeros({bq}), acc0 = zeros({bq, head_dim});
+    // Causal: KV blocks past the diagonal are skipped by the loop bound.
+    Value hi = causal ? Value((qi + 1) * bq + bk - 1) / bk : Value(seq / bk);
+    auto outs = fori_loop(0, hi, std::vector<Value>{m0, l0, acc0}, [&](Value j, std::vector<Value> c) {
+      Value kb = k_ref(ds(j * bk, bk), all);
+      Value vb = v_ref(ds(j * bk, bk), all);
+      Value s = dot(q, kb, {.trans_b = true}) * scale;
+      if (causal) {
+        Value rows = qi * bq + iota(DType::I32, {bq, bk}, 0);
+        Value cols = j * bk + iota(DType::I32, {bq, bk}, 1);
+        s = where(rows >= cols, s, -INFINITY);
+      }
+      Value m_new = maximum(c[0], max(s, 1));
+      Value alpha = exp(c[0] - m_new);
+      Value p = exp(s - expand_dims(m_new, 1));
+      Value l_new = c[1] * alpha + sum(p, 1);
+      Value acc = c[2] * expand_dims(alpha, 1) + dot(p.astype(dtype), vb);
+      return std::vector<Value>{m_new, l_new, acc};
+    });
+    o_ref[all] = (outs[2] / expand_dims(outs[1], 1)).astype(dtype);
+  };
+  BlockSpec qspec({squeezed, squeezed, bq, head_dim}, [](Value b, Value h, Value i) { return idx(b, h, i, 0); });
+  BlockSpec kvspec({squeezed, squeezed, seq, head_dim}, [](Value b, Value h, Value) { return idx(b, h, 0, 0); });
+  int64_t flops = 4 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  return pallas_call(kernel, ShapeDtype({batch, heads, seq, head_dim}, dtype),
+                     {.grid = {batch, heads, seq / bq},
+                      .in_specs = {qspec, kvspec, kvspec},
+                      .out_specs = {qspec},
+                      .interpret = cfg.interpret,
+                      .name = causal ? "flash_attention_causal" : "flash_attention",
+                      .compiler_params = cfg.compiler_params,
+                      .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
+}
+
+}  // namespace pallas::kernels

@@ -1,0 +1,38 @@
+// A small kernel library, like jax.experimental.pallas.ops.gpu: each function returns a
+// ready pallas_call for the given shapes. Every kernel runs on the interpreter and the GPU.
+#pragma once
+#include <pallas/pallas.h>
+
+namespace pallas::kernels {
+
+// C[M,N] = A[M,K] @ B[K,N]: one program per (block_m x block_n) tile of C, a fori_loop over K.
+struct MatmulConfig {
+  int64_t block_m = 64, block_n = 64, block_k = 32;
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg = {});
+
+// Row softmax of x[R, N]: block_rows rows per program (1: the row dim is squeezed).
+struct RowConfig {
+  int64_t block_rows = 1;
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+Call softmax(int64_t rows, int64_t cols, DType dtype, RowConfig cfg = {});
+
+// Layer norm of x[R, N] with weight[N], bias[N].
+Call layer_norm(int64_t rows, int64_t cols, DType dtype, double eps = 1e-5, RowConfig cfg = {});
+
+// Flash-attention forward: q, k, v of shape [B, H, S, D]; online softmax over KV blocks.
+struct AttentionConfig {
+  int64_t block_q = 64, block_k = 64;
+  bool causal = false;
+  double sm_scale = 0;  // 0: 1/sqrt(D)
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                     AttentionConfig cfg = {});
+
+}  // namespace pallas::kernels
