@@ -3,7 +3,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,6 +46,13 @@ struct CallOptions {
   Backend backend = Backend::Auto;
 };
 
+// The caller's file and line (std::source_location is missing from clang 14 with libstdc++).
+struct SourceLocation {
+  const char* file = "";
+  int line = 0;
+  static constexpr SourceLocation current(const char* f = __builtin_FILE(), int l = __builtin_LINE()) { return {f, l}; }
+};
+
 namespace detail {
 struct CallState;
 using KernelFn = std::function<void(const std::vector<Ref>&)>;
@@ -77,7 +83,7 @@ KernelBody wrap_kernel(F f) {
 }
 
 std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
-                                     bool single_output, std::source_location loc);
+                                     bool single_output, SourceLocation loc);
 }  // namespace detail
 
 // A kernel bound to its grid and specs. Traced on its first call (or by trace()) for the
@@ -107,13 +113,13 @@ class Call {
 
 template <class F>
 Call pallas_call(F kernel, std::vector<ShapeDtype> out_shapes, CallOptions opts = {},
-                 std::source_location loc = std::source_location::current()) {
+                 SourceLocation loc = SourceLocation::current()) {
   return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), std::move(out_shapes), std::move(opts),
                                 false, loc));
 }
 template <class F>
 Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
-                 std::source_location loc = std::source_location::current()) {
+                 SourceLocation loc = SourceLocation::current()) {
   return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), {std::move(out_shape)}, std::move(opts),
                                 true, loc));
 }

@@ -20,13 +20,13 @@ const core::PallasCall& CallState::get_traced() const {
 }
 
 std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
-                                     bool single_output, std::source_location loc) {
+                                     bool single_output, SourceLocation loc) {
   auto s = std::make_shared<CallState>();
-  std::string file = loc.file_name();
+  std::string file = loc.file;
   size_t slash = file.find_last_of('/');
   if (slash != std::string::npos) file = file.substr(slash + 1);
-  s->what = opts.name.empty() ? "kernel at " + file + ":" + std::to_string(loc.line())
-                              : "kernel '" + opts.name + "' (" + file + ":" + std::to_string(loc.line()) + ")";
+  s->what = opts.name.empty() ? "kernel at " + file + ":" + std::to_string(loc.line)
+                              : "kernel '" + opts.name + "' (" + file + ":" + std::to_string(loc.line) + ")";
   s->body = std::move(body);
   s->out_shapes = std::move(out_shapes);
   s->opts = std::move(opts);
