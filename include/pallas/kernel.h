@@ -75,6 +75,8 @@ inline DSlice slice(int64_t start, int64_t stop, int64_t step = 1) {
   return {Value(start), (stop - start + step - 1) / step, step};
 }
 
+class RefView;
+
 struct Indexer {
   enum class Kind : uint8_t { All, Index, Slice };
   Kind kind = Kind::All;
@@ -84,6 +86,7 @@ struct Indexer {
   Indexer(AllT) : kind(Kind::All) {}  // NOLINT
   Indexer(DSlice s) : kind(Kind::Slice), slice(std::move(s)) {}  // NOLINT
   Indexer(Value v) : kind(Kind::Index), index(std::move(v)) {}  // NOLINT
+  Indexer(const RefView& v);  // NOLINT: an index read from a ref
   template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
   Indexer(T v) : kind(Kind::Index), index(Value(static_cast<int64_t>(v))) {}  // NOLINT
 };

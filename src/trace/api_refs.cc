@@ -166,6 +166,8 @@ Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v)
   return trace::bind1(PrimId::atomic_cas, in, index_params(ix, 3));
 }
 
+Indexer::Indexer(const RefView& v) : kind(Kind::Index), index(v.get()) {}
+
 RefView::RefView(const Ref& r, Indexers idx) : ref_(r.value().impl()), idx_(std::move(idx)) {}
 Value RefView::get() const { return load(Ref(Value(ref_)), idx_); }
 const RefView& RefView::operator=(const Value& v) const {
