@@ -1,0 +1,147 @@
+"""Anchor figures on the GPU, measured in the same run as our kernels (bench/run_h200.sh).
+
+torch (cuBLAS / cuDNN), plain Triton and JAX Pallas on the workloads of docs/benchmarks.md.
+Each figure is the median of CUDA-event timings after warm-up; prints one JSON line per result.
+"""
+import json
+import math
+import statistics
+import sys
+
+
+def emit(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def torch_time(fn, reps=30, warmup=5):
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def torch_anchors():
+    import torch
+    dev = "cuda"
+    n = 1 << 28
+    x = torch.randn(n, device=dev)
+    y = torch.randn(n, device=dev)
+    out = torch.empty_like(x)
+    ms = torch_time(lambda: torch.add(x, y, out=out))
+    emit(workload="f32 add 2^28", impl="torch", ms=ms, gbps=3 * n * 4 / ms / 1e6)
+    big = torch.empty(1 << 28, device=dev)
+    ms = torch_time(lambda: big.copy_(x))
+    emit(workload="device copy 1 GiB", impl="torch copy_", ms=ms, gbps=2 * n * 4 / ms / 1e6)
+    del x, y, out, big
+    r, c = 16384, 4096
+    a = torch.randn(r, c, device=dev)
+    ms = torch_time(lambda: torch.softmax(a, dim=-1))
+    emit(workload="f32 softmax 16384x4096", impl="torch", ms=ms, gbps=2 * r * c * 4 / ms / 1e6)
+    w = torch.randn(c, device=dev)
+    bb = torch.randn(c, device=dev)
+    ms = torch_time(lambda: torch.nn.functional.layer_norm(a, (c,), w, bb))
+    emit(workload="f32 layer norm 16384x4096", impl="torch", ms=ms, gbps=2 * r * c * 4 / ms / 1e6)
+    for s in (4096, 8192):
+        p = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+        q = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+        ms = torch_time(lambda: p @ q, reps=20)
+        emit(workload=f"bf16 matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    B, H, S, D = 4, 16, 4096, 128
+    q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
+    k = torch.randn_like(q)
+    v = torch.randn_like(q)
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    for causal in (False, True):
+        flops = 4 * B * H * S * S * D / (2 if causal else 1)
+        for be, name in ((SDPBackend.CUDNN_ATTENTION, "torch cuDNN"), (SDPBackend.FLASH_ATTENTION, "torch FA2")):
+            try:
+                with sdpa_kernel(be):
+                    ms = torch_time(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal), reps=20)
+                emit(workload=f"bf16 attention B4 H16 S4096 D128{' causal' if causal else ''}", impl=name, ms=ms,
+                     tflops=flops / ms / 1e9)
+            except Exception as e:  # noqa: BLE001
+                emit(workload="attention", impl=name, error=str(e)[:200])
+
+
+def jax_pallas_anchors():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    import time
+
+    def jtime(f, *args, reps=30):
+        r = f(*args)
+        jax.block_until_ready(r)
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            ts.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(ts)
+
+    n = 1 << 28
+    x = jnp.ones((n,), jnp.float32)
+    y = jnp.ones((n,), jnp.float32)
+
+    def add_kernel(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    blk = 1 << 14
+    f = jax.jit(pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // blk,),
+                               in_specs=[pl.BlockSpec((blk,), lambda i: (i,))] * 2,
+                               out_specs=pl.BlockSpec((blk,), lambda i: (i,))))
+    ms = jtime(f, x, y)
+    emit(workload="f32 add 2^28", impl="jax pallas", ms=ms, gbps=3 * n * 4 / ms / 1e6)
+    # dispatch cost of a tiny kernel
+    t = jnp.ones((128,), jnp.float32)
+    g = jax.jit(pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct((128,), jnp.float32)))
+    ms = jtime(g, t, t, reps=200)
+    emit(workload="steady-state tiny call", impl="jax pallas", us=ms * 1e3)
+
+
+def triton_anchors():
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def add(x, y, o, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = i < n
+        tl.store(o + i, tl.load(x + i, mask=m) + tl.load(y + i, mask=m), mask=m)
+
+    n = 1 << 28
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    o = torch.empty_like(x)
+    ms = torch_time(lambda: add[(triton.cdiv(n, 4096),)](x, y, o, n, BLOCK=4096))
+    emit(workload="f32 add 2^28", impl="triton", ms=ms, gbps=3 * n * 4 / ms / 1e6)
+    t = torch.randn(128, device="cuda")
+    import time
+    for _ in range(10):
+        add[(1,)](t, t, t, 128, BLOCK=128)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        add[(1,)](t, t, t, 128, BLOCK=128)
+    torch.cuda.synchronize()
+    emit(workload="steady-state tiny call", impl="triton", us=(time.perf_counter() - t0) * 1e3)
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["torch", "triton", "jax"]
+    for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors)):
+        if name in which:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                emit(impl=name, error=repr(e)[:300])
