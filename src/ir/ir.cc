@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -39,9 +40,10 @@ std::string var_name(int64_t n) {
 
 std::string literal_text(const Literal& l) {
   char buf[64];
-  if (is_float(l.dtype))
+  if (is_float(l.dtype)) {
     std::snprintf(buf, sizeof buf, "%.17g", l.f);
-  else if (l.dtype == DType::Bool)
+    if (!std::strpbrk(buf, ".eni")) std::strcat(buf, ".0");  // 2 -> 2.0; keeps nan/inf
+  } else if (l.dtype == DType::Bool)
     std::snprintf(buf, sizeof buf, "%s", l.i ? "True" : "False");
   else if (l.dtype == DType::U64)
     std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(l.i));
