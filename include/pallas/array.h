@@ -101,6 +101,8 @@ class Array {
   Array copy() const;
   Array astype(DType t) const;
   Array reshape(Shape s) const;  // shares storage
+  // "f32[2,3] [[1 2 3] [4 5 6]]", eliding the middle of large arrays.
+  std::string str(int64_t max_elements = 64) const;
   std::shared_ptr<Buffer> buffer() const { return buffer_; }
   Array(std::shared_ptr<Buffer> buf, Shape shape, DType dtype)
       : buffer_(std::move(buf)), shape_(std::move(shape)), dtype_(dtype) {}
