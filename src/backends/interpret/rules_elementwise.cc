@@ -358,16 +358,6 @@ void binary_rule(const Instr& ins, Val* env, Ctx& ctx) {
   });
 }
 
-// select_n and the identity-like ops move bytes, so they dispatch on the element width only.
-template <class F>
-void by_width(size_t w, F&& f) {
-  switch (w) {
-    case 1: f.template operator()<uint8_t>(); break;
-    case 2: f.template operator()<uint16_t>(); break;
-    case 4: f.template operator()<uint32_t>(); break;
-    default: f.template operator()<uint64_t>(); break;
-  }
-}
 
 void select_n_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const Val& w = env[ins.in[0]];

@@ -110,6 +110,7 @@ Access resolve(const Instr& ins, const Val* env) {
   return a;
 }
 
+
 // Strided view of the accessed region when it is rectangular and in bounds.
 bool rectangular(const Access& a, const Val& ref, int64_t* offset, Dims* strides) {
   if (a.has_array) return false;
@@ -138,6 +139,54 @@ template <class F>
 void for_each_element(const Access& a, const Val& ref, F&& f) {
   const Dims& os = a.out_shape;
   int64_t n = os.size();
+  if (n == 0) return;
+  if (!a.has_array) {
+    // Rectangular region (possibly overhanging the ref): walk it row by row, with the range of
+    // the innermost output index that stays inside the ref computed once per row.
+    int64_t base = 0;
+    bool fixed_ok = true;
+    Dims step;  // ref offset per unit of each output axis
+    step.n = os.n;
+    int inner_dim = -1;
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      if (x.kind == DimAccess::Fixed) {
+        if (x.start < 0 || x.start >= ref.shape[d]) fixed_ok = false;
+      } else {
+        step[x.axis] = x.step * ref.strides[d];
+        if (x.axis == os.n - 1) inner_dim = d;
+      }
+      base += x.start * ref.strides[d];
+    }
+    int64_t inner = os.n ? os[os.n - 1] : 1;
+    int64_t lo = 0, hi = inner;
+    if (inner_dim >= 0) {  // coord = start + step*j must lie in [0, dim)
+      const DimAccess& x = a.dims[inner_dim];
+      int64_t dim = ref.shape[inner_dim];
+      lo = x.start >= 0 ? 0 : (-x.start + x.step - 1) / x.step;
+      hi = x.start >= dim ? 0 : std::min<int64_t>(inner, (dim - x.start + x.step - 1) / x.step);
+    }
+    int64_t idx[kMaxRank] = {};
+    for (int64_t row = 0; row < n / inner; ++row) {
+      bool ok = fixed_ok;
+      int64_t off = base;
+      for (int d = 0; d < a.ndims; ++d) {
+        const DimAccess& x = a.dims[d];
+        if (x.kind != DimAccess::Range || x.axis == os.n - 1) continue;
+        int64_t c = x.start + x.step * idx[x.axis];
+        if (c < 0 || c >= ref.shape[d]) ok = false;
+        off += x.step * idx[x.axis] * ref.strides[d];
+      }
+      int64_t st = os.n ? step[os.n - 1] : 0;
+      int64_t o0 = row * inner;
+      for (int64_t j = 0; j < inner; ++j) f(o0 + j, ok && j >= lo && j < hi ? off + j * st : -1);
+      for (int k = os.n - 2; k >= 0; --k) {
+        if (++idx[k] < os[k]) break;
+        idx[k] = 0;
+      }
+    }
+    return;
+  }
   int64_t idx[kMaxRank] = {};
   int64_t arr_strides[kMaxRank];
   {
@@ -190,15 +239,17 @@ Val read(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool
     return o;
   }
   fill_poison(ref.dtype, o.data, o.size());
-  auto* dst = static_cast<unsigned char*>(o.data);
-  auto* src = static_cast<const unsigned char*>(ref.data);
-  const unsigned char* oth = other ? static_cast<const unsigned char*>(other->data) : nullptr;
-  for_each_element(a, ref, [&](int64_t i, int64_t roff) {
-    if (mask && !mask[i]) {
-      if (oth) std::memcpy(dst + i * w, oth + i * w, w);
-      return;
-    }
-    if (roff >= 0) std::memcpy(dst + i * w, src + roff * w, w);
+  by_width(w, [&]<class B>() {
+    B* dst = o.as<B>();
+    const B* src = ref.as<B>();
+    const B* oth = other ? other->as<B>() : nullptr;
+    for_each_element(a, ref, [&](int64_t i, int64_t roff) {
+      if (mask && !mask[i]) {
+        if (oth) dst[i] = oth[i];
+        return;
+      }
+      if (roff >= 0) dst[i] = src[roff];
+    });
   });
   return o;
 }
@@ -212,11 +263,13 @@ void write(const Val& ref, const Access& a, const Val& v, const bool* mask) {
                  a.out_shape, w);
     return;
   }
-  auto* dst = static_cast<unsigned char*>(ref.data);
-  auto* src = static_cast<const unsigned char*>(v.data);
-  for_each_element(a, ref, [&](int64_t i, int64_t roff) {
-    if ((mask && !mask[i]) || roff < 0) return;
-    std::memcpy(dst + roff * w, src + i * w, w);
+  by_width(w, [&]<class B>() {
+    B* dst = ref.as<B>();
+    const B* src = v.as<B>();
+    for_each_element(a, ref, [&](int64_t i, int64_t roff) {
+      if ((mask && !mask[i]) || roff < 0) return;
+      dst[roff] = src[i];
+    });
   });
 }
 

@@ -16,10 +16,14 @@ void iota_rule(const Instr& ins, Val* env, Ctx& ctx) {
   o = ctx.alloc(t, shape);
   int64_t inner = 1;
   for (int k = dim + 1; k < shape.n; ++k) inner *= shape[k];
-  int64_t len = shape[dim], n = shape.size();
+  int64_t len = shape[dim], outer = len ? shape.size() / (len * inner) : 0;
   dispatch(t, [&]<class T>() {
     T* y = o.as<T>();
-    for (int64_t i = 0; i < n; ++i) y[i] = Elem<T>::put(static_cast<typename Elem<T>::C>((i / inner) % len));
+    for (int64_t a = 0; a < outer; ++a)
+      for (int64_t v = 0; v < len; ++v) {
+        T e = Elem<T>::put(static_cast<typename Elem<T>::C>(v));
+        for (int64_t b = 0; b < inner; ++b) *y++ = e;
+      }
   });
 }
 

@@ -151,6 +151,18 @@ decltype(auto) dispatch(DType t, F&& f) {
   return f.template operator()<float>();
 }
 
+// Invoke f.template operator()<B>() with B the unsigned integer of width w bytes: for code
+// that only moves elements.
+template <class F>
+void by_width(size_t w, F&& f) {
+  switch (w) {
+    case 1: f.template operator()<uint8_t>(); break;
+    case 2: f.template operator()<uint16_t>(); break;
+    case 4: f.template operator()<uint32_t>(); break;
+    default: f.template operator()<uint64_t>(); break;
+  }
+}
+
 // Poison for out-of-bounds reads: NaN for floats, a recognisable pattern for integers.
 void fill_poison(DType t, void* p, int64_t n);
 
