@@ -19,10 +19,10 @@ struct GemmTile {
 
 // Runs the mainloop for the tile at (m0, n0) over k tiles [0, k_tiles); consumers end with
 // their accumulators in acc (wgmma layout) and return true; the producer returns false.
-template <int BN, int STAGES>
+// ELT is 0 for bf16, 1 for f16.
+template <int BN, int STAGES, int ELT>
 __device__ __forceinline__ bool gemm_mainloop(const TensorMap* ta, const TensorMap* tb, unsigned char* smem,
-                                              u64* full, u64* empty, int m0, int n0, int k_tiles, float* acc,
-                                              u32 b_lbo, u32 b_sbo) {
+                                              u64* full, u64* empty, int m0, int n0, int k_tiles, float* acc) {
   typedef GemmTile<BN> T;
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -44,6 +44,7 @@ __device__ __forceinline__ bool gemm_mainloop(const TensorMap* ta, const TensorM
   }
   setmaxnreg_inc<232>();
   const int c = wg - 1;  // consumer index: rows [64c, 64c + 64)
+#pragma unroll
   for (int i = 0; i < T::ACC; ++i) acc[i] = 0.f;
   for (int kt = 0; kt < k_tiles; ++kt) {
     int s = kt % STAGES;
@@ -54,11 +55,11 @@ __device__ __forceinline__ bool gemm_mainloop(const TensorMap* ta, const TensorM
 #pragma unroll
     for (int k = 0; k < T::BK / 16; ++k) {
       u64 da = wgmma_desc(a + k * 32, 16, 1024);
-      u64 db = wgmma_desc(b + k * 16 * 128, b_lbo, b_sbo);
-      if constexpr (BN == 256)
-        wgmma_m64n256k16_bf16(acc, da, db, 1);
-      else
-        wgmma_m64n128k16_bf16(acc, da, db, 1);
+      u64 db = wgmma_desc(b + k * 16 * 128, 8192, 1024);
+      if constexpr (ELT == 0 && BN == 256) wgmma_m64n256k16_bf16(acc, da, db);
+      else if constexpr (ELT == 0) wgmma_m64n128k16_bf16(acc, da, db);
+      else if constexpr (BN == 256) wgmma_m64n256k16_f16(acc, da, db);
+      else wgmma_m64n128k16_f16(acc, da, db);
     }
     wgmma_commit();
     wgmma_wait<1>();
@@ -67,6 +68,18 @@ __device__ __forceinline__ bool gemm_mainloop(const TensorMap* ta, const TensorM
   wgmma_wait<0>();
   if (k_tiles > 0 && tid == 0) mbar_arrive(&empty[(k_tiles - 1) % STAGES]);
   return true;
+}
+
+// Tile order that keeps GROUP row-tiles of A and their B column-tiles hot in L2.
+__device__ __forceinline__ void grouped_tile(int linear, int tiles_m, int tiles_n, int* tm, int* tn) {
+  const int GROUP = 8;
+  int per_group = GROUP * tiles_n;
+  int g = linear / per_group;
+  int first_m = g * GROUP;
+  int rows = min(tiles_m - first_m, GROUP);
+  int in_group = linear % per_group;
+  *tm = first_m + in_group % rows;
+  *tn = in_group / rows;
 }
 
 // Element (row, col) of the consumer's 64 x BN tile held in acc[i] by this thread.
