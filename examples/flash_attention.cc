@@ -1,6 +1,6 @@
 // Flash-attention forward: online softmax over KV blocks, causal and not.
 #include "examples/examples.h"
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pl = pallas;
 

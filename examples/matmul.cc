@@ -1,6 +1,6 @@
 // Matmul: a grid over C's tiles, a fori_loop over K reading pl::ds slices of A and B.
 #include "examples/examples.h"
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pl = pallas;
 

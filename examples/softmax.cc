@@ -1,6 +1,6 @@
 // Softmax and layer norm: one row per program, reductions over the row.
 #include "examples/examples.h"
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pl = pallas;
 

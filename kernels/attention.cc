@@ -1,7 +1,7 @@
 // Flash-attention forward (online softmax over KV blocks), as Pallas' ops/gpu/attention.py.
 #include <cmath>
 
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pallas::kernels {
 

@@ -1,4 +1,4 @@
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pallas::kernels {
 

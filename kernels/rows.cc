@@ -1,5 +1,5 @@
 // Row-wise kernels: softmax and layer norm, computed in f32 whatever the input dtype.
-#include "kernels/kernels.h"
+#include "pallas/kernels.h"
 
 namespace pallas::kernels {
 

@@ -72,7 +72,7 @@ __device__ __forceinline__ bool attention_mainloop(const TensorMap* tq, const Te
   const int c = wg - 1;
   const int warp = tid / 32, lane = tid % 32;
   const int row0 = q_block * T::BM + c * 64 + warp * 16 + lane / 4;  // query index of this thread's first row
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float m[2] = {__int_as_float(0xff800000), __int_as_float(0xff800000)}, l[2] = {0.f, 0.f};
   float s[BN / 2];
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
@@ -106,7 +106,7 @@ __device__ __forceinline__ bool attention_mainloop(const TensorMap* tq, const Te
       float v = s[i] * scale_log2;
       if (diag) {
         int col = j * BN + (i / 4) * 8 + (lane % 4) * 2 + (i & 1);
-        if (col > row0 + 8 * r) v = -INFINITY;
+        if (col > row0 + 8 * r) v = __int_as_float(0xff800000);
       }
       s[i] = v;
       mx[r] = fmaxf(mx[r], v);

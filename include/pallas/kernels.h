@@ -1,7 +1,7 @@
 // A small kernel library, like jax.experimental.pallas.ops.gpu: each function returns a
 // ready pallas_call for the given shapes. Every kernel runs on the interpreter and the GPU.
 #pragma once
-#include <pallas/pallas.h>
+#include "pallas/pallas.h"
 
 namespace pallas::kernels {
 
