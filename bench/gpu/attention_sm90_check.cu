@@ -98,10 +98,10 @@ __global__ void ref_attn(const bf16raw* q, const bf16raw* k, const bf16raw* v, f
   ref[blockIdx.x * 128 + d] = acc / sum;
 }
 
-void make_map(TensorMap* m, void* ptr, unsigned long long rows) {
+void make_map(TensorMap* m, void* ptr, unsigned long long rows, unsigned box_rows) {
   cuuint64_t dims[2] = {128, rows};
   cuuint64_t strides[1] = {256};
-  cuuint32_t box[2] = {64, 128};
+  cuuint32_t box[2] = {64, box_rows};
   cuuint32_t es[2] = {1, 1};
   CUresult r = cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(m), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr, dims,
                                       strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -125,9 +125,9 @@ void run(int B, int H, int S) {
   fill<<<(unsigned)((n + 255) / 256), 256>>>(v, n, 3);
   CK(cudaMemset(o, 0xff, n * 2));
   TensorMap tq, tk, tv;
-  make_map(&tq, q, (size_t)B * H * S);
-  make_map(&tk, k, (size_t)B * H * S);
-  make_map(&tv, v, (size_t)B * H * S);
+  make_map(&tq, q, (size_t)B * H * S, 128);
+  make_map(&tk, k, (size_t)B * H * S, BN);
+  make_map(&tv, v, (size_t)B * H * S, BN);
   int smem = AttnTile<BN>::SMEM + 1024;
   CK(cudaFuncSetAttribute(attn_kernel<CAUSAL, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   float scale = 1.0f / std::sqrt(128.f);
