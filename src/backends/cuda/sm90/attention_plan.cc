@@ -60,7 +60,7 @@ std::optional<AttentionPlan> plan_attention(const core::PallasCall& c, std::stri
       if (ir::to_text(*r.kernel) != text || r.grid.grid != g.grid || r.grid.inputs[1].block_shape != kb) continue;
       AttentionPlan p;
       p.batch = B, p.heads = H, p.seq = S, p.head_dim = D, p.dtype = dt, p.causal = causal, p.scale = scale;
-      p.smem_bytes = 128 * 256 + 2 * 4 * 64 * 256 + 1024;
+      p.smem_bytes = 128 * 256 + 2 * 2 * 128 * 256 + 1024;  // AttnTile<128>::SMEM + alignment
       p.grid_x = S / 128;
       p.grid_y = B * H;
       p.entry = "pallas_attention_sm90";
@@ -70,7 +70,7 @@ std::optional<AttentionPlan> plan_attention(const core::PallasCall& c, std::stri
                  "extern \"C\" __global__ void __launch_bounds__(384, 1)\n"
                  "pallas_attention_sm90(const __grid_constant__ TensorMap tq, const __grid_constant__ TensorMap tk,\n"
                  "    const __grid_constant__ TensorMap tv, unsigned short* out, int seq, float scale_log2) {\n"
-                 "  typedef AttnTile<64> T;\n"
+                 "  typedef AttnTile<128> T;\n"
                  "  extern __shared__ unsigned char smem_raw[];\n"
                  "  __shared__ u64 bars[T::BARRIERS];\n"
                  "  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);\n"
@@ -87,7 +87,7 @@ std::optional<AttentionPlan> plan_attention(const core::PallasCall& c, std::stri
                  "  int bh = blockIdx.y;\n"
                  "  float o[64];\n"
                  "  if (attention_mainloop<" + std::to_string(elt) + ", " + cz +
-                 ", 64>(&tq, &tk, &tv, smem, bars, bh * seq, bh * seq, q_block, seq, scale_log2, o)) {\n"
+                 ", 128>(&tq, &tk, &tv, smem, bars, bh * seq, bh * seq, q_block, seq, scale_log2, o)) {\n"
                  "    int tid = threadIdx.x % 128, c = threadIdx.x / 128 - 1, warp = tid / 32, lane = tid % 32;\n"
                  "#pragma unroll\n"
                  "    for (int i = 0; i < 64; i += 2) {\n"
