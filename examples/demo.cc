@@ -5,7 +5,7 @@
 #include "examples/examples.h"
 
 int main() {
-  std::printf("Pallas C++ examples (backend: %s)\n", examples::where_run());
+  std::printf("Pallas C++ examples (GPU %s)\n", pallas::cuda_available() ? "present" : "absent: interpret mode");
   bool ok = true;
   ok = examples::vector_add() && ok;
   ok = examples::matmul() && ok;

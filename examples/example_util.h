@@ -37,10 +37,10 @@ double time_ms(F&& f, int reps = 3) {
 inline const char* where_run() { return pallas::cuda_available() ? "GPU" : "interpreter"; }
 
 // Prints one line and returns whether the error is within tol.
-inline bool report(const std::string& name, double err, double tol, double ms) {
+inline bool report(const std::string& name, const pallas::Call& call, double err, double tol, double ms) {
   bool ok = err <= tol && std::isfinite(err);
-  std::printf("%-34s %-11s rel.err %.2e (tol %.0e)  %9.3f ms  %s\n", name.c_str(), where_run(), err, tol, ms,
-              ok ? "ok" : "FAILED");
+  std::printf("%-42s %-11s rel.err %.2e (tol %.0e)  %9.3f ms  %s\n", name.c_str(), call.backend_name().c_str(), err, tol,
+              ms, ok ? "ok" : "FAILED");
   return ok;
 }
 

@@ -17,12 +17,12 @@ bool matmul_one(pl::DType dt, double tol) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t p = 0; p < k; ++p)
       for (int64_t j = 0; j < n; ++j) ref[i * n + j] += A[i * k + p] * B[p * n + j];
-  return report(std::string("matmul ") + pl::dtype_name(dt) + " 256x256x512", rel_error(C, ref), tol, ms);
+  return report(std::string("matmul ") + pl::dtype_name(dt) + " 256x256x512", call, rel_error(C, ref), tol, ms);
 }
 
 bool matmul() {
   bool ok = matmul_one(pl::f32, 2e-3);  // tf32 inputs, as the GPU's default precision
-  ok = matmul_one(pl::bf16, 1e-6) && ok;  // bf16 inputs are exact in f32; f32 accumulation
+  ok = matmul_one(pl::bf16, 1e-5) && ok;  // bf16 inputs are exact in f32; f32 accumulation (any order)
   return ok;
 }
 

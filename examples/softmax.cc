@@ -20,7 +20,7 @@ bool softmax() {
     for (int64_t j = 0; j < c; ++j) s += std::exp(X[i * c + j] - mx);
     for (int64_t j = 0; j < c; ++j) ref[i * c + j] = std::exp(X[i * c + j] - mx) / s;
   }
-  return report("softmax f32[512,1024]", rel_error(Y, ref), 1e-5, ms);
+  return report("softmax f32[512,1024]", call, rel_error(Y, ref), 1e-5, ms);
 }
 
 bool layer_norm() {
@@ -40,7 +40,7 @@ bool layer_norm() {
     var /= c;
     for (int64_t j = 0; j < c; ++j) ref[i * c + j] = (X[i * c + j] - mean) / std::sqrt(var + 1e-5) * W[j] + B[j];
   }
-  return report("layer_norm f32[512,1024]", rel_error(Y, ref), 1e-5, ms);
+  return report("layer_norm f32[512,1024]", call, rel_error(Y, ref), 1e-5, ms);
 }
 
 }  // namespace examples

@@ -19,7 +19,7 @@ bool vector_add() {
   auto o = out.to_vector<double>(), a = x.to_vector<double>(), b = y.to_vector<double>();
   std::vector<double> ref(a.size());
   for (size_t i = 0; i < a.size(); ++i) ref[i] = static_cast<double>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
-  return report("vector_add f32[2^20]", rel_error(o, ref), 1e-7, ms);
+  return report("vector_add f32[2^20]", add, rel_error(o, ref), 1e-7, ms);
 }
 
 }  // namespace examples

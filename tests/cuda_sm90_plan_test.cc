@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nvrtc.h>
 
+#include <cmath>
 #include <vector>
 
 #include "pallas/kernels.h"

@@ -104,6 +104,9 @@ class Call {
   std::string jaxpr_text() const;  // the kernel, index maps and grid, as debug=true prints
   std::string name() const;
   int num_outputs() const;
+  // Where a call of the traced kernel runs: "cuda" or "interpreter" (Backend::Auto uses the
+  // interpreter for kernels the GPU backend has no lowering for).
+  std::string backend_name() const;
   const std::shared_ptr<detail::CallState>& state() const { return state_; }
 
  private:

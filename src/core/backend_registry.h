@@ -11,6 +11,9 @@ struct BackendRunner {
   virtual ~BackendRunner() = default;
   virtual bool available() const = 0;
   virtual std::string why_unavailable() const = 0;
+  // Whether this backend has a lowering for the call (Backend::Auto falls back to the
+  // interpreter when it has not).
+  virtual bool can_run(const PallasCall& call) const = 0;
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args) const = 0;
 };
 

@@ -78,6 +78,11 @@ std::string Call::jaxpr_text() const {
 
 std::string Call::name() const { return state_ ? state_->opts.name : std::string(); }
 
+std::string Call::backend_name() const {
+  if (!state_) throw Error("Call: empty Call");
+  return core::resolve_backend(state_->get_traced()) == Backend::Cuda ? "cuda" : "interpreter";
+}
+
 int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_shapes.size()) : 0; }
 
 namespace core {
@@ -95,7 +100,7 @@ Backend resolve_backend(const PallasCall& call) {
                   "); use Backend::Auto or Backend::Interpret");
     return Backend::Cuda;
   }
-  return have_gpu ? Backend::Cuda : Backend::Interpret;
+  return have_gpu && gpu->can_run(call) ? Backend::Cuda : Backend::Interpret;
 }
 
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args) {
