@@ -10,6 +10,7 @@
 
 #include "src/backends/cuda/compile.h"
 #include "src/backends/cuda/driver.h"
+#include "src/backends/cuda/lower_elementwise.h"
 #include "src/backends/cuda/sm90/attention_plan.h"
 #include "src/backends/cuda/sm90/matmul_plan.h"
 #include "src/core/backend_registry.h"
@@ -91,6 +92,7 @@ const bool g_hooks_installed = [] {
 struct Prepared {
   std::optional<sm90::MatmulPlan> matmul;
   std::optional<sm90::AttentionPlan> attention;
+  std::optional<ElementwisePlan> elementwise;
   std::string why_not;  // when neither applies
   CUfunction fn = nullptr;
   ir::JaxprPtr keep;    // keeps the cache key's address alive
@@ -121,15 +123,18 @@ std::shared_ptr<Prepared> prepare(const core::PallasCall& call, bool compile_now
   }
   auto p = std::make_shared<Prepared>();
   p->keep = call.kernel;
-  std::string why_mm, why_at;
-  if (device_arch() != "sm_90a") {
-    p->why_not = "the GPU fast paths need sm_90a (this device is " + device_arch() + ")";
-  } else if ((p->matmul = sm90::plan_matmul(call, &why_mm))) {
+  std::string why_mm, why_at, why_el;
+  bool sm90 = device_arch() == "sm_90a";
+  if (sm90 && (p->matmul = sm90::plan_matmul(call, &why_mm))) {
     if (compile_now) p->fn = load(p->matmul->source, p->matmul->entry, p->matmul->smem_bytes, call);
-  } else if ((p->attention = sm90::plan_attention(call, &why_at))) {
+  } else if (sm90 && (p->attention = sm90::plan_attention(call, &why_at))) {
     if (compile_now) p->fn = load(p->attention->source, p->attention->entry, p->attention->smem_bytes, call);
+  } else if ((p->elementwise = lower_elementwise(call, &why_el))) {
+    if (compile_now) p->fn = load(p->elementwise->source, p->elementwise->entry, 0, call);
   } else {
-    p->why_not = "not a matmul loop (" + why_mm + ") nor the flash-attention kernel (" + why_at + ")";
+    p->why_not = sm90 ? "not a matmul loop (" + why_mm + "), nor the flash-attention kernel (" + why_at +
+                            "), nor blockwise elementwise (" + why_el + ")"
+                      : "not blockwise elementwise (" + why_el + "), and the matmul/attention paths need sm_90a";
   }
   std::lock_guard<std::mutex> g(mu);
   cache[call.kernel.get()] = p;
@@ -171,10 +176,21 @@ class CudaRunner final : public core::BackendRunner {
       host_io = host_io && a.device().is_host();
       in.push_back(a.device().is_host() ? a.to(dev) : a);
     }
-    Array out(call.grid.outputs[0].array.shape, call.grid.outputs[0].array.dtype, dev);
+    std::vector<Array> outs;
+    for (auto& o : call.grid.outputs) outs.emplace_back(o.array.shape, o.array.dtype, dev);
+    Array out = outs[0];
     void* cptr = out.raw_data();
-    alignas(64) CUtensorMap maps[3];
-    if (p->matmul) {
+    alignas(128) CUtensorMap maps[3];
+    if (p->elementwise) {
+      std::vector<void*> ptrs;
+      for (size_t k = call.grid.num_dynamic_bounds(); k < in.size(); ++k) ptrs.push_back(in[k].raw_data());
+      for (auto& o : outs) ptrs.push_back(o.raw_data());
+      std::vector<void*> params;
+      for (auto& q : ptrs) params.push_back(&q);
+      check(driver().cuLaunchKernel(p->fn, static_cast<unsigned>(p->elementwise->programs), 1, 1,
+                                    p->elementwise->threads, 1, 1, 0, nullptr, params.data(), nullptr),
+            "cuLaunchKernel", call.what);
+    } else if (p->matmul) {
       const auto& m = *p->matmul;
       encode_2d(&maps[0], m.in, in[0].raw_data(), m.k, m.m, 64, 128, call.what);
       encode_2d(&maps[1], m.in, in[1].raw_data(), m.n, m.k, 64, 64, call.what);
@@ -195,7 +211,9 @@ class CudaRunner final : public core::BackendRunner {
             "cuLaunchKernel", call.what);
     }
     if (call.debug) check(driver().cuCtxSynchronize(), "the kernel", call.what);
-    return {host_io ? out.to_host() : out};
+    if (host_io)
+      for (auto& o : outs) o = o.to_host();
+    return outs;
   }
 };
 
