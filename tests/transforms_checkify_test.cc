@@ -1,0 +1,130 @@
+// checkify: out-of-bounds index maps and user checks are caught; good calls stay silent.
+#include "tests/transforms_util.h"
+
+namespace pl = pallas;
+using V = pl::Value;
+
+namespace {
+pl::Call shifted(int64_t shift, const char* name) {
+  return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.0f; }, pl::ShapeDtype({32}, pl::f32),
+                         {.grid = {4},
+                          .in_specs = {pl::BlockSpec({8}, [shift](V i) { return pl::idx(i + shift); })},
+                          .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+                          .interpret = true,
+                          .name = name});
+}
+}  // namespace
+
+TEST(TransformsCheckify, SilentOnGoodCalls) {
+  auto c = pl::checkify(shifted(0, "good"));
+  pl::Array x = pl::random::normal({32}, pl::f32, 1);
+  auto [err, outs] = c({x});
+  EXPECT_TRUE(err.ok());
+  EXPECT_TRUE(err.program_id().empty());
+  EXPECT_NO_THROW(err.throw_if_error());
+  auto xv = tu::vec(x), ov = tu::vec(outs[0]);
+  for (size_t i = 0; i < xv.size(); ++i) EXPECT_FLOAT_EQ(ov[i], xv[i] + 1);
+  // an edge block that overhangs the array (padded) is legal
+  auto edge = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({30}, pl::f32),
+                              {.grid = {4},
+                               .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+                               .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+                               .interpret = true});
+  EXPECT_TRUE(pl::checkify(edge)(pl::random::normal({30}, pl::f32, 2)).error.ok());
+}
+
+TEST(TransformsCheckify, CatchesOutOfBoundsIndexMaps) {
+  pl::Array x = pl::random::normal({32}, pl::f32, 1);
+  auto [err, outs] = pl::checkify(shifted(1, "shift_up"))({x});
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.program_id(), (std::vector<int64_t>{3}));
+  EXPECT_TRUE(tu::contains(err.message(), "out-of-bounds block")) << err.message();
+  EXPECT_TRUE(tu::contains(err.message(), "input 0")) << err.message();
+  EXPECT_TRUE(tu::contains(err.message(), "shift_up")) << err.message();
+  EXPECT_TRUE(tu::contains(err.message(), "returned block (4)")) << err.message();
+  EXPECT_THROW_MSG(err.throw_if_error(), "out-of-bounds", "program (3,)");
+  auto down = pl::checkify(shifted(-2, "shift_down"))({x}).error;
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.program_id(), (std::vector<int64_t>{0}));
+  EXPECT_TRUE(tu::contains(down.message(), "returned block (-2)")) << down.message();
+  // an output index map, on a 2-D grid
+  auto out2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({16, 16}, pl::f32),
+                              {.grid = {2, 2},
+                               .in_specs = {pl::BlockSpec({8, 8}, [](V i, V j) { return pl::idx(i, j); })},
+                               .out_specs = {pl::BlockSpec({8, 8}, [](V i, V j) { return pl::idx(i, j * 2); })},
+                               .interpret = true});
+  auto e2 = pl::checkify(out2)(pl::random::normal({16, 16}, pl::f32, 3)).error;
+  ASSERT_FALSE(e2.ok());
+  EXPECT_EQ(e2.program_id(), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(tu::contains(e2.message(), "output 0")) << e2.message();
+}
+
+TEST(TransformsCheckify, CatchesFailingUserChecks) {
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        V v = x[pl::all];
+        pl::check(v > 0.0f, "x must be positive, min is {} in block {}", pl::min(v), pl::program_id(0));
+        o[pl::all] = pl::sqrt(v);
+      },
+      pl::ShapeDtype({32}, pl::f32),
+      {.grid = {4},
+       .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+       .interpret = true});
+  std::vector<float> xs(32, 1.0f);
+  xs[21] = -3.0f;  // block 2
+  xs[30] = -1.0f;  // block 3: a later failure
+  pl::Array x = pl::Array::from_vector(xs, {32});
+  auto [err, outs] = pl::checkify(call)({x});
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.program_id(), (std::vector<int64_t>{2}));
+  EXPECT_EQ(err.message(), "x must be positive, min is -3 in block 2");
+  // without checkify the check does nothing
+  EXPECT_NO_THROW(call(x));
+  // good data: silent
+  EXPECT_TRUE(pl::checkify(call)(pl::Array::full({32}, 2.0, pl::f32)).error.ok());
+  // checks inside loops
+  auto loop = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::fori_loop(0, 8, [&](V i) {
+          V e = x[i];
+          pl::check(e < 10.0f, "element {} is {}", i, e);
+          o[i] = e;
+        });
+      },
+      pl::ShapeDtype({8}, pl::f32), {.interpret = true});
+  std::vector<float> ys(8, 0.0f);
+  ys[5] = 11.0f;
+  auto le = pl::checkify(loop)(pl::Array::from_vector(ys, {8})).error;
+  EXPECT_EQ(le.message(), "element 5 is 11");
+  EXPECT_THROW_MSG(pl::pallas_call([](pl::Ref x, pl::Ref o) { pl::check(x[0] > 0.0f, "no holes", x[0]); },
+                                   pl::ShapeDtype({8}, pl::f32), {.interpret = true})(pl::Array::zeros({8}, pl::f32)),
+                   "placeholders");
+}
+
+TEST(TransformsCheckify, CheckifyOfVmap) {
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        V v = x[pl::all];
+        pl::check(v < 100.0f, "too big: {}", pl::max(v));
+        o[pl::all] = v;
+      },
+      pl::ShapeDtype({16}, pl::f32),
+      {.grid = {2},
+       .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+       .interpret = true});
+  std::vector<float> xs(3 * 16, 0.0f);
+  xs[2 * 16 + 9] = 500.0f;  // batch 2, block 1
+  pl::Array x = pl::Array::from_vector(xs, {3, 16});
+  auto [err, outs] = pl::checkify(pl::vmap(call, {0}))({x});
+  ASSERT_FALSE(err.ok());
+  EXPECT_EQ(err.program_id(), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(err.message(), "too big: 500");
+  EXPECT_EQ(outs[0].shape(), (pl::Shape{3, 16}));
+  // an out-of-bounds map under vmap
+  auto bad = pl::checkify(pl::vmap(shifted(1, "shift_up"), {1}));
+  auto e = bad(pl::random::normal({32, 2}, pl::f32, 1)).error;
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.program_id(), (std::vector<int64_t>{0, 3}));
+}
