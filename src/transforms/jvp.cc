@@ -4,6 +4,7 @@
 // then tangent outputs, with every block mapping duplicated.
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numbers>
 
 #include "src/trace/api_util.h"
@@ -585,7 +586,26 @@ JvpResult jvp(const Call& call, const std::vector<Array>& primals, const std::ve
   const core::PallasCall& pc = pallas_call_of(call, shapes);
   std::vector<bool> want(primals.size());
   for (size_t k = 0; k < primals.size(); ++k) want[k] = tangents[k].defined();
-  JvpCall j = jvp_pallas_call(pc, want);
+  // The rewrite is cached per call and tangent pattern, so repeated jvps reuse the
+  // backend's compiled kernel (caches are keyed by the kernel).
+  std::shared_ptr<const JvpCall> jp;
+  {
+    static std::mutex mu;
+    static std::map<std::pair<const detail::CallState*, std::vector<bool>>,
+                    std::pair<std::weak_ptr<detail::CallState>, std::shared_ptr<const JvpCall>>>
+        cache;
+    std::lock_guard<std::mutex> g(mu);
+    auto key = std::make_pair(call.state().get(), want);
+    auto it = cache.find(key);
+    if (it != cache.end() && it->second.first.lock() == call.state()) {
+      jp = it->second.second;
+    } else {
+      for (auto i = cache.begin(); i != cache.end();) i = i->second.first.expired() ? cache.erase(i) : std::next(i);
+      jp = std::make_shared<const JvpCall>(jvp_pallas_call(pc, want));
+      cache[key] = {call.state(), jp};
+    }
+  }
+  const JvpCall& j = *jp;
   std::vector<Array> args = primals;
   for (size_t k = 0; k < primals.size(); ++k)
     if (j.in_tangent[k])
