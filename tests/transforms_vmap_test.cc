@@ -229,3 +229,34 @@ TEST(TransformsCompose, VmapOfVmapOfJvp) {
                         {pallas::transforms::take(pallas::transforms::take(dx, 0, 1), 0, 2), pl::Array()});
   EXPECT_EQ(tu::vec(pallas::transforms::take(pallas::transforms::take(got[1], 0, 1), 0, 2)), tu::vec(t[0]));
 }
+
+TEST(TransformsVmap, RaggedBatchSkipsBlocksPastEachLength) {
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0f; }, pl::ShapeDtype({16, 2}, pl::f32),
+                              {.grid = {4},
+                               .in_specs = {pl::BlockSpec({4, 2}, [](V i) { return pl::idx(i, 0); })},
+                               .out_specs = {pl::BlockSpec({4, 2}, [](V i) { return pl::idx(i, 0); })},
+                               .interpret = true,
+                               .name = "double"});
+  auto rv = pl::vmap_ragged(call, {1}, {.grid_axis = 0, .block = 4});
+  pl::Array x = R({16, 3, 2}, 1);  // batch at axis 1
+  std::vector<int32_t> lens{16, 5, 0};
+  auto out = rv({pl::Array::from_vector(lens, {3}), x})[0];
+  ASSERT_EQ(out.shape(), (pl::Shape{3, 16, 2}));
+  auto xv = tu::vec(x), ov = tu::vec(out);
+  for (int b = 0; b < 3; ++b) {
+    int64_t covered = (lens[b] + 3) / 4 * 4;  // blocks that start before the length
+    for (int r = 0; r < 16; ++r)
+      for (int c = 0; c < 2; ++c) {
+        double o = ov[(b * 16 + r) * 2 + c], want = 2 * xv[(r * 3 + b) * 2 + c];
+        if (r < covered) EXPECT_FLOAT_EQ(o, want) << b << "," << r;
+        else EXPECT_TRUE(std::isnan(o)) << "written past the length: " << b << "," << r;
+      }
+  }
+  // the index maps are clamped: never out of bounds, even for an empty element
+  rv.trace({pl::ShapeDtype({3}, pl::i32), x.shape_dtype()});
+  EXPECT_TRUE(tu::contains(rv.jaxpr_text(), "scalar prefetch 0: i32[3]"));
+  auto ck = pl::checkify(pl::vmap_ragged(call, {1}, {.grid_axis = 0, .block = 4}));
+  EXPECT_TRUE(ck({pl::Array::from_vector(lens, {3}), x}).error.ok());
+  EXPECT_THROW_MSG(pl::vmap_ragged(call, {1}, {.grid_axis = 3, .block = 4})({pl::Array::from_vector(lens, {3}), x}),
+                   "double", "grid_axis");
+}

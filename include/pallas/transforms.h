@@ -40,6 +40,20 @@ Call jvp_call(const Call& call, std::vector<bool> with_tangent = {});
 // (negative counts from the end). Outputs are batched at axis 0.
 Call vmap(const Call& call, std::vector<std::optional<int>> in_axes);
 
+// Ragged batching: a batch whose elements have different lengths along one dimension, stored
+// padded. The grid axis `grid_axis` (of the unbatched call) walks that dimension in steps of
+// `block` elements.
+struct RaggedSpec {
+  int grid_axis = 0;
+  int64_t block = 0;
+};
+// vmap over a ragged batch: the new call takes lengths (an i32[B] array) first, then the
+// arguments of `call` batched as in_axes. For element b, programs whose block starts at or
+// past lengths[b] are skipped, and every index map clamps that grid index to b's last block,
+// so no block past the end is fetched. Output blocks past an element's length are not
+// written (their contents are unspecified).
+Call vmap_ragged(const Call& call, std::vector<std::optional<int>> in_axes, RaggedSpec spec);
+
 // ---- checkify ----
 
 // The error a checked call returns: the first failing check in grid (row-major) order;

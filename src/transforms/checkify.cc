@@ -9,7 +9,6 @@
 namespace pallas::transforms {
 using ir::PrimId;
 
-namespace {
 // Bind j's equations into the current frame with its invars set to args.
 std::vector<Value> inline_jaxpr(const ir::Jaxpr& j, const std::vector<Value>& args) {
   std::unordered_map<int64_t, Value> env;
@@ -29,6 +28,7 @@ std::vector<Value> inline_jaxpr(const ir::Jaxpr& j, const std::vector<Value>& ar
   return outs;
 }
 
+namespace {
 std::string dims_str(const Shape& s) {
   std::string r;
   for (size_t k = 0; k < s.size(); ++k) r += (k ? ", " : "") + std::to_string(s[k]);

@@ -50,8 +50,17 @@ ir::JaxprPtr batch_kernel(const ir::Jaxpr& j, int shift);
 core::PallasCall vmap_pallas_call(const core::PallasCall& c, const std::vector<std::optional<int>>& in_axes,
                                   int64_t batch);
 
+// ---- ragged batching ----
+// A batched call (grid {B, ...}) whose grid axis 1 + grid_axis walks a ragged dimension in
+// steps of `block` elements: a lengths operand i32[B] becomes the first scalar-prefetch
+// operand; programs whose block starts at or past their element's length skip the kernel,
+// and every index map clamps that grid index to the element's last block.
+core::PallasCall ragged_pallas_call(const core::PallasCall& batched, int grid_axis, int64_t block);
+
 // ---- checkify ----
 core::PallasCall checkify_pallas_call(const core::PallasCall& c);
+// Bind j's equations into the current trace frame with its invars set to args.
+std::vector<Value> inline_jaxpr(const ir::Jaxpr& j, const std::vector<Value>& args);
 
 // ---- host helpers ----
 // A contiguous copy of a with `axis` moved to the front.

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "src/backends/interpret/strided.h"
+#include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
 
 namespace pallas::transforms {
@@ -288,4 +289,79 @@ Call vmap(const Call& call, std::vector<std::optional<int>> in_axes) {
   return result;
 }
 
+}  // namespace pallas
+
+// ---- ragged batching ----
+
+namespace pallas::transforms {
+
+core::PallasCall ragged_pallas_call(const core::PallasCall& r, int grid_axis, int64_t block) {
+  int ga = grid_axis + 1;
+  if (grid_axis < 0 || ga >= static_cast<int>(r.grid.grid.size()))
+    throw Error(r.what + ": ragged grid_axis " + std::to_string(grid_axis) + " is not an axis of the grid");
+  if (block <= 0) throw Error(r.what + ": ragged block must be positive, got " + std::to_string(block));
+  if (r.grid.num_dynamic_bounds() > 0) throw Error(r.what + ": ragged vmap of a call with dynamic grid bounds is not supported");
+  int64_t B = r.grid.grid[0];
+  core::PallasCall n = r;
+  n.grid.prefetch.insert(n.grid.prefetch.begin(), ShapeDtype({B}, DType::I32));
+  ir::Aval len_aval = ir::Aval::ref({B}, DType::I32, MemorySpace::Smem);
+  auto rewrite_map = [&](const ir::Jaxpr& m) {
+    trace::KernelContext ctx{r.what, r.grid.grid, false};
+    trace::Frame f(&ctx, false);
+    size_t g = r.grid.grid.size();
+    std::vector<Value> grid_args, pre;
+    for (size_t k = 0; k < g; ++k) grid_args.push_back(trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32))));
+    Ref lens(trace::make_value(f.add_invar(len_aval)));
+    for (size_t k = g; k < m.invars.size(); ++k) pre.push_back(trace::make_value(f.add_invar(m.invars[k].aval)));
+    Value nblk = (lens[grid_args[0]].get() + (block - 1)) / block;
+    grid_args[ga] = minimum(grid_args[ga], maximum(nblk - 1, 0));
+    grid_args.insert(grid_args.end(), pre.begin(), pre.end());
+    std::vector<ir::Atom> outs;
+    for (auto& v : inline_jaxpr(m, grid_args)) outs.push_back(trace::atom_of(v, "ragged index map"));
+    return std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+  };
+  for (auto& bm : n.grid.inputs) bm.index_map = rewrite_map(*bm.index_map);
+  for (auto& bm : n.grid.outputs) bm.index_map = rewrite_map(*bm.index_map);
+  trace::KernelContext ctx{r.what, r.grid.grid, true};
+  ir::Jaxpr kj;
+  {
+    trace::Frame f(&ctx, false);
+    Ref lens(trace::make_value(f.add_invar(len_aval)));
+    std::vector<Value> kargs;
+    for (auto& v : r.kernel->invars) kargs.push_back(trace::make_value(f.add_invar(v.aval)));
+    Value b = trace::bind1(PrimId::program_id, {}, {{"axis", int64_t{0}}});
+    Value i = trace::bind1(PrimId::program_id, {}, {{"axis", static_cast<int64_t>(ga)}});
+    when(i * block < lens[b].get(), [&] { inline_jaxpr(*r.kernel, kargs); });
+    kj = f.finish({}, nullptr);
+  }
+  n.kernel = std::make_shared<const ir::Jaxpr>(std::move(kj));
+  ir::verify(*n.kernel, n.what);
+  n.aliases.clear();
+  for (auto [in, out] : r.aliases) n.aliases[in + 1] = out;
+  return n;
+}
+
+}  // namespace pallas::transforms
+
+namespace pallas {
+Call vmap_ragged(const Call& call, std::vector<std::optional<int>> in_axes, RaggedSpec spec) {
+  if (!call.state()) throw Error("pl::vmap_ragged: empty Call");
+  if (transforms::num_dynamic_args(call) > 0)
+    throw Error(call.state()->what + ": ragged vmap of a call with dynamic grid bounds is not supported");
+  Call vm = vmap(call, in_axes);
+  std::string what = "ragged vmap of " + call.state()->what;
+  auto build = [vm, spec, what](const std::vector<ShapeDtype>& shapes) {
+    if (shapes.empty() || shapes[0].shape.size() != 1 || shapes[0].dtype != DType::I32)
+      throw Error(what + ": the first argument must be the lengths, an i32[batch] array");
+    core::PallasCall r = vm.state()->get(std::vector<ShapeDtype>(shapes.begin() + 1, shapes.end()));
+    if (r.grid.grid[0] != shapes[0].shape[0])
+      throw Error(what + ": lengths has " + std::to_string(shapes[0].shape[0]) + " entries for a batch of " +
+                  std::to_string(r.grid.grid[0]));
+    r.what = what;
+    return transforms::ragged_pallas_call(r, spec.grid_axis, spec.block);
+  };
+  Call c = transforms::make_transformed(what, call.name(), {}, call.num_outputs(), build);
+  c.state()->opts.num_scalar_prefetch = 1 + vm.state()->opts.num_scalar_prefetch;
+  return c;
+}
 }  // namespace pallas
