@@ -2,6 +2,7 @@
 // PallasCall (kernel IR + grid mapping) into a new one, so the result runs on every backend.
 // See docs/transforms.md.
 #pragma once
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -81,9 +82,25 @@ struct Checked {
   std::vector<Array> outputs;
 };
 
+namespace detail {
+struct CheckSlots;
+}
+
+struct CheckifyOptions {
+  // Report failures through extra outputs of the rewritten call (an error code and the
+  // message's values per program), so the check runs on any backend. Off: the interpreter's
+  // check rule collects them. Chosen automatically when the call runs on the GPU.
+  bool error_outputs = false;
+};
+
+class CheckedCall;
+// A checked version of `call`: index maps are checked for blocks outside their arrays
+// (for every program of the grid) and pl::check()s in the kernel are enabled.
+CheckedCall checkify(const Call& call, CheckifyOptions opts = {});
+
 class CheckedCall {
  public:
-  explicit CheckedCall(Call call) : call_(std::move(call)) {}
+  explicit CheckedCall(Call call, CheckifyOptions opts = {}) : call_(std::move(call)), opts_(opts) {}
   // auto [err, outs] = checked({x, y});
   Checked operator()(const std::vector<Array>& args) const;
   template <class... A, std::enable_if_t<(std::is_convertible_v<const A&, const Array&> && ...), int> = 0>
@@ -95,11 +112,10 @@ class CheckedCall {
 
  private:
   Call call_;
+  CheckifyOptions opts_;
+  std::shared_ptr<detail::CheckSlots> slots_;
+  friend CheckedCall checkify(const Call& call, CheckifyOptions opts);
 };
-
-// A checked version of `call`: index maps are checked for blocks outside their arrays
-// (for every program of the grid) and pl::check()s in the kernel are enabled.
-CheckedCall checkify(const Call& call);
 
 // In a kernel: a check that pred holds (every element, for a tile). Under checkify a failure
 // is reported with fmt's "{}"s replaced by the values; elsewhere it does nothing.

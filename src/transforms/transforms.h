@@ -58,7 +58,21 @@ core::PallasCall vmap_pallas_call(const core::PallasCall& c, const std::vector<s
 core::PallasCall ragged_pallas_call(const core::PallasCall& batched, int grid_axis, int64_t block);
 
 // ---- checkify ----
-core::PallasCall checkify_pallas_call(const core::PallasCall& c);
+core::PallasCall checkify_pallas_call(const core::PallasCall& c);  // checks as `check` equations
+struct CheckMeta {
+  std::string fmt;
+  std::vector<std::pair<DType, Shape>> values;
+};
+// Checks as extra outputs: per program, the 1-based index of its first failing check (0: ok)
+// in an i32 output shaped grid + [1], and that check's values in an f64 output grid + [payload].
+struct SlotCall {
+  core::PallasCall call;
+  std::vector<CheckMeta> checks;
+  int64_t payload = 1;
+  size_t num_outputs = 0;  // the user's outputs, before the two error outputs
+};
+SlotCall slot_pallas_call(const core::PallasCall& c);
+std::string format_check(const CheckMeta& m, const double* values);
 // Bind j's equations into the current trace frame with its invars set to args.
 std::vector<Value> inline_jaxpr(const ir::Jaxpr& j, const std::vector<Value>& args);
 
