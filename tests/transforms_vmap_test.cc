@@ -260,3 +260,26 @@ TEST(TransformsVmap, RaggedBatchSkipsBlocksPastEachLength) {
   EXPECT_THROW_MSG(pl::vmap_ragged(call, {1}, {.grid_axis = 3, .block = 4})({pl::Array::from_vector(lens, {3}), x}),
                    "double", "grid_axis");
 }
+
+TEST(TransformsVmap, GridQueriesInsideLoopsAndWholeArrayOperands) {
+  // program_id inside a loop body and a cond branch; an input in memory space Any.
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref tbl, pl::Ref o) {
+        V acc = pl::fori_loop(0, 2, pl::zeros({8}), [&](V j, V c) {
+          return c + x[pl::all] * (pl::program_id(0) + j).astype(pl::f32);
+        });
+        V add = pl::cond(pl::program_id(0) == 1, [&] { return tbl(pl::program_id(0), pl::all); },
+                         [&] { return pl::zeros({8}); });
+        o[pl::all] = acc + add;
+      },
+      pl::ShapeDtype({16}, pl::f32),
+      {.grid = {2},
+       .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); }), pl::BlockSpec({2, 8}, pl::MemorySpace::Any)},
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
+       .interpret = true});
+  pl::Array x = R({3, 16}, 1), t = R({2, 8, 3}, 2);
+  Axes axes{0, 2};
+  expect_same(pl::vmap(call, axes)({x, t}), loop_ref(call, {x, t}, axes, 3));
+  expect_same(pl::vmap(pl::vmap(call, {0, std::nullopt}), {std::nullopt, 2})({x, t}),
+              loop_ref(pl::vmap(call, {0, std::nullopt}), {x, t}, {std::nullopt, 2}, 3));
+}
