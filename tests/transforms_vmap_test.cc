@@ -283,3 +283,18 @@ TEST(TransformsVmap, GridQueriesInsideLoopsAndWholeArrayOperands) {
   expect_same(pl::vmap(pl::vmap(call, {0, std::nullopt}), {std::nullopt, 2})({x, t}),
               loop_ref(pl::vmap(call, {0, std::nullopt}), {x, t}, {std::nullopt, 2}, 3));
 }
+
+TEST(TransformsVmap, VmapOfAnExplicitLoopIsALoop) {
+  auto gather = pl::pallas_call(
+      [](pl::Ref idx, pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 3.0f; }, pl::ShapeDtype({4, 8}, pl::f32),
+      {.grid = {4},
+       .in_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref t) { return pl::idx(t[i], 0); })},
+       .out_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref) { return pl::idx(i, 0); })},
+       .num_scalar_prefetch = 1,
+       .interpret = true});
+  auto inner = pl::vmap(gather, {0, std::nullopt});  // batched prefetch: a loop
+  pl::Array tbl = pl::Array::from_vector(std::vector<int32_t>{3, 1, 0, 2, 0, 0, 1, 1}, {2, 4});
+  pl::Array x = R({2, 4, 8}, 5);
+  Axes axes{std::nullopt, 0};  // the outer vmap batches only the data
+  expect_same(pl::vmap(inner, axes)({tbl, x}), loop_ref(inner, {tbl, x}, axes, 2));
+}

@@ -46,6 +46,11 @@ const ir::RuleTable<BatchRule>& batch_rules();
 const std::map<ir::PrimId, std::string>& unbatchable();
 ir::JaxprPtr batch_kernel(const ir::Jaxpr& j, int shift);
 
+// Thrown by the build of a vmap that is an explicit loop of calls (not one PallasCall).
+struct LoopOnly : Error {
+  using Error::Error;
+};
+
 // The batched PallasCall; in_axes are normalised, one per input (prefetch included).
 core::PallasCall vmap_pallas_call(const core::PallasCall& c, const std::vector<std::optional<int>>& in_axes,
                                   int64_t batch);

@@ -2,6 +2,7 @@
 // block mapping gets a squeezed dim at its batch axis, indexed by the new grid axis; the
 // kernel is unchanged except that grid queries move one axis up. Batched dynamic grid bounds
 // or scalar prefetch fall back to an explicit loop over the batch; a batch of one squeezes.
+#include <atomic>
 #include <cstring>
 
 #include "src/backends/interpret/strided.h"
@@ -225,8 +226,8 @@ Call vmap(const Call& call, std::vector<std::optional<int>> in_axes) {
   // The grid rule for input shapes (no dynamic bounds in `shapes`).
   auto build = [call, in_axes, nd, loop, what](const std::vector<ShapeDtype>& shapes) {
     if (loop)
-      throw Error(what + ": batched dynamic grid bounds or scalar prefetch make the vmap an explicit loop of calls, "
-                         "not one pallas_call, so it cannot be transformed further");
+      throw LoopOnly(what + ": batched dynamic grid bounds or scalar prefetch make the vmap an explicit loop of calls, "
+                            "not one pallas_call, so it cannot be transformed further");
     std::vector<ShapeDtype> all(static_cast<size_t>(nd), ShapeDtype({}, DType::I32));
     all.insert(all.end(), shapes.begin(), shapes.end());
     VmapPlan p = plan_for(what, nd, in_axes, all);
@@ -247,9 +248,20 @@ Call vmap(const Call& call, std::vector<std::optional<int>> in_axes) {
   result.state()->opts.grid.insert(result.state()->opts.grid.begin(), 0);  // the batch axis is static
   result.state()->opts.num_scalar_prefetch = np;
   std::weak_ptr<detail::CallState> weak = result.state();  // the state owns this closure
-  result.state()->run = [call, in_axes, nd, loop, what, weak](const std::vector<Array>& args) -> std::vector<Array> {
+  // 1: an explicit loop (here, or because the inner call is one)
+  auto mode = std::make_shared<std::atomic<int>>(loop ? 1 : 0);
+  result.state()->run = [call, in_axes, nd, mode, what, weak](const std::vector<Array>& args) -> std::vector<Array> {
     VmapPlan p = plan_for(what, nd, in_axes, shapes_of(args, what));
-    if (p.batch == 1 || loop) {  // a batch of one squeezes; the loop fallback calls per element
+    auto st = weak.lock();
+    const core::PallasCall* pcp = nullptr;
+    if (p.batch != 1 && *mode == 0) {
+      try {
+        pcp = &st->get(shapes_of(std::vector<Array>(args.begin() + nd, args.end()), what));
+      } catch (const LoopOnly&) {
+        *mode = 1;
+      }
+    }
+    if (!pcp) {  // a batch of one squeezes; the loop fallback calls per element
       std::vector<std::vector<Array>> per;
       for (int64_t b = 0; b < p.batch; ++b) {
         std::vector<Array> ab;
@@ -274,8 +286,7 @@ Call vmap(const Call& call, std::vector<std::optional<int>> in_axes) {
       }
       return outs;
     }
-    auto st = weak.lock();
-    const core::PallasCall& pc = st->get(shapes_of(std::vector<Array>(args.begin() + nd, args.end()), what));
+    const core::PallasCall& pc = *pcp;
     // Aliased inputs are batched at axis 0 in the batched call: move or broadcast them.
     std::vector<Array> a = args;
     for (auto [i, o] : pc.aliases) {
