@@ -65,6 +65,7 @@ TEST(TransformsJvp, EveryDifferentiableUnaryOp) {
       {"integer_pow(-2)", [](V x) { return pl::integer_pow(x, -2); }, 0.5, 2},
       {"convert", [](V x) { return x.astype(pl::f32).astype(pl::f64) * 0.0 + x.astype(pl::f64); }, -2, 2},
       {"reshape/transpose", [](V x) { return pl::transpose(x.reshape({8, 2})).reshape({2, 8}) * x; }, -2, 2},
+      {"squeeze", [](V x) { return pl::squeeze(pl::expand_dims(x, 0), 0) * x; }, -2, 2},
       {"broadcast", [](V x) { return pl::broadcast_to(pl::sum(x, 1, true), {2, 8}) + x; }, -2, 2},
       {"sum", [](V x) { return pl::broadcast_to(pl::sum(x * x, 0), {2, 8}); }, -2, 2},
       {"max", [](V x) { return pl::broadcast_to(pl::max(x, 1, true), {2, 8}) * x; }, -2, 2},
@@ -100,6 +101,7 @@ TEST(TransformsJvp, EveryDifferentiableBinaryOp) {
       {"atan2", [](V a, V b) { return pl::atan2(a, b); }, -2, 2},
       {"maximum", [](V a, V b) { return pl::maximum(a, b); }, -2, 2},
       {"minimum", [](V a, V b) { return pl::minimum(a, b); }, -2, 2},
+      {"clamp lo/hi", [](V a, V b) { return pl::clamp(b - 0.5, a, b + 0.5); }, -1, 1},
       {"scalar operand", [](V a, V b) { return a * pl::sum(b) + pl::max(b); }, -2, 2},
       {"dot", [](V a, V b) { return pl::dot(pl::dot(a, b, {.trans_b = true}), b); }, -2, 2},
   };
@@ -204,6 +206,8 @@ TEST(TransformsJvp, RefOpsSwapAddupdateAtomicsMasks) {
         o[pl::all] += pl::sin(v);
         V old = pl::swap(o, {pl::all}, o[pl::all] * 2.0);
         pl::atomic_add(o, {pl::all}, old);
+        V prev = pl::atomic_xchg(o, {pl::all}, pl::cos(v) * o[pl::all]);
+        o[pl::all] += prev * v;
         V m = pl::iota(pl::i32, {4, 8}, 1) < 5;
         pl::store(o, {pl::all}, pl::load(x, {pl::all}, {.mask = m, .other = 0.0}) * v, {.mask = m});
       },

@@ -87,6 +87,12 @@ TEST(TransformsVmap, GridAndBlockMappings) {
   EXPECT_EQ(pc.grid.outputs[0].array.shape, (pl::Shape{6, 32}));
   EXPECT_TRUE(tu::contains(pc.text(), "program_id[axis=1]"));
   EXPECT_TRUE(tu::contains(vm.jaxpr_text(), "vmap of"));
+  auto withcost = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f32),
+                                  {.interpret = true, .cost_estimate = pl::CostEstimate{10, 2, 64}});
+  auto vc = pl::vmap(withcost, {0});
+  vc.trace({pl::ShapeDtype({5, 8}, pl::f32)});
+  EXPECT_EQ(vc.state()->traced->cost_estimate->flops, 50);
+  EXPECT_EQ(vc.state()->traced->cost_estimate->bytes_accessed, 320);
 }
 
 TEST(TransformsVmap, BatchOfOneAndNested) {

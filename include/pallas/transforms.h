@@ -20,10 +20,8 @@ namespace pallas {
 // empty Array means the same; integer inputs always have zero tangents.)
 inline Array zero_tangent() { return Array(); }
 
-struct JvpResult {
-  std::vector<Array> outputs;   // the primal outputs
-  std::vector<Array> tangents;  // one per output (zeros for integer outputs)
-};
+// first: the primal outputs; second: one tangent per output (zeros for integer outputs).
+using JvpResult = std::pair<std::vector<Array>, std::vector<Array>>;
 
 // outputs and output tangents of `call` at `primals` along `tangents` (one per input).
 // auto [outs, tans] = pl::jvp(call, {x, w}, {dx, pl::zero_tangent()});

@@ -614,8 +614,8 @@ JvpResult jvp(const Call& call, const std::vector<Array>& primals, const std::ve
   std::vector<Array> outs = core::execute(j.call, args);
   size_t n = pc.grid.outputs.size();
   JvpResult r;
-  r.outputs.assign(outs.begin(), outs.begin() + static_cast<long>(n));
-  r.tangents.assign(outs.begin() + static_cast<long>(n), outs.end());
+  r.first.assign(outs.begin(), outs.begin() + static_cast<long>(n));
+  r.second.assign(outs.begin() + static_cast<long>(n), outs.end());
   return r;
 }
 
