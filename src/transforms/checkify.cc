@@ -245,7 +245,9 @@ SlotCall slot_pallas_call(const core::PallasCall& c0) {
 
 std::string format_check(const CheckMeta& m, const double* vals) {
   std::vector<std::string> strs;
-  for (auto& [t, shape] : m.values) {
+  for (auto& entry : m.values) {
+    const DType t = entry.first;
+    const Shape& shape = entry.second;
     int64_t n = shape_size(shape);
     std::ostringstream os;
     auto one = [&](double x) {
