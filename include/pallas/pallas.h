@@ -6,3 +6,4 @@
 #include "pallas/error.h"
 #include "pallas/kernel.h"
 #include "pallas/pallas_call.h"
+#include "pallas/transforms.h"

@@ -9,7 +9,7 @@ namespace detail {
 
 const core::PallasCall& CallState::get(const std::vector<ShapeDtype>& inputs) {
   std::lock_guard<std::mutex> g(mu);
-  if (!traced) traced = core::trace_call(body, out_shapes, opts, what, inputs);
+  if (!traced) traced = build ? build(inputs) : core::trace_call(body, out_shapes, opts, what, inputs);
   return *traced;
 }
 
@@ -39,6 +39,7 @@ std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> ou
 std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
   if (!state_) throw Error("Call: calling an empty Call");
   auto& st = *state_;
+  if (st.run) return st.run(args);
   if (!st.traced) {
     int nd = 0;
     for (int64_t g : st.opts.grid) nd += g < 0;

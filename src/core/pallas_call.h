@@ -1,5 +1,6 @@
 // The unit every stage takes: a PallasCall (kernel IR + GridMapping + call parameters).
 #pragma once
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -77,6 +78,11 @@ struct CallState {
   bool single_output = false;
   std::string what;
   std::optional<core::PallasCall> traced;
+  // Set by transformations (src/transforms): builds the PallasCall for these input shapes
+  // instead of tracing `body`; and, where the result is not one PallasCall (vmap's explicit
+  // loop, a batch of one), runs the call instead of executing `traced`.
+  std::function<core::PallasCall(const std::vector<ShapeDtype>& inputs)> build;
+  std::function<std::vector<Array>(const std::vector<Array>& args)> run;
   std::mutex mu;
   const core::PallasCall& get(const std::vector<ShapeDtype>& inputs);
   const core::PallasCall& get_traced() const;
