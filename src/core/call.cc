@@ -44,7 +44,7 @@ std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
     for (int64_t g : st.opts.grid) nd += g < 0;
     if (args.size() < static_cast<size_t>(nd))
       throw Error(st.what + ": called with " + std::to_string(args.size()) + " arguments but the grid has " +
-                  std::to_string(nd) + " dynamic bounds, passed first");
+                  std::to_string(nd) + (nd == 1 ? " dynamic bound" : " dynamic bounds") + ", passed first");
     std::vector<ShapeDtype> ins;
     for (size_t k = nd; k < args.size(); ++k) {
       if (!args[k].defined()) throw Error(st.what + ": input " + std::to_string(k - nd) + " is an empty Array");
