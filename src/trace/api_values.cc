@@ -43,27 +43,26 @@ Value convert(const Value& x, DType t, bool weak) {
     } else if (t == DType::Bool) {
       r = Literal::of_int(l->as_double() != 0.0 ? 1 : 0, t, weak);
     } else {
-      int64_t iv = 0;
+      // Through the run-time conversion, so folded constants convert exactly as tiles do
+      // (float -> int saturates, NaN -> 0; int -> int wraps).
+      unsigned char buf[8] = {};
       if (is_float(l->dtype)) {
         double d = l->f;
-        iv = std::isnan(d) ? 0 : static_cast<int64_t>(std::trunc(std::clamp(d, -9.2e18, 9.2e18)));
+        convert_elements(DType::F64, &d, t, buf, 1);
       } else {
-        iv = l->i;
+        int64_t v = l->i;
+        convert_elements(l->dtype == DType::U64 ? DType::U64 : DType::I64, &v, t, buf, 1);
       }
-      // wrap to the target width
-      int bits = bit_width(t);
-      if (bits < 64) {
-        uint64_t mask = (uint64_t{1} << bits) - 1;
-        uint64_t u = static_cast<uint64_t>(iv) & mask;
-        if (is_signed_int(t) && (u >> (bits - 1))) u |= ~mask;
-        iv = static_cast<int64_t>(u);
-      }
+      int64_t iv = 0;
+      convert_elements(t, buf, is_unsigned_int(t) ? DType::U64 : DType::I64, &iv, 1);
       r = Literal::of_int(iv, t, weak);
     }
     return make_value(r);
   }
   if (a.dtype == t) return x;  // only weakness differs: keep the variable
-  return bind1(PrimId::convert_element_type, {x}, {{"new_dtype", t}});
+  ir::Params p{{"new_dtype", t}};
+  p.set_flag("weak_type", weak);  // as lax.convert_element_type(weak_type=...): i32 + 1.5 is a weak f32
+  return bind1(PrimId::convert_element_type, {x}, p);
 }
 
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
