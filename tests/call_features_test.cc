@@ -489,3 +489,132 @@ TEST(CallFeatures, CudaBackendWithoutGpuFailsClearly) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// Scratch is private to each program and starts as poison there (as a GPU block's shared
+// memory starts undefined): a read before any write gives NaN, in every program.
+TEST(CallFeatures, ScratchStartsAsPoisonInEveryProgram) {
+  auto call = pl::pallas_call(
+      [](pl::Ref o, pl::Ref s) {
+        o(pl::program_id(0)) = s[pl::all];  // read before write
+        s[pl::all] = pl::full({4}, 1.0);
+      },
+      pl::ShapeDtype({3, 4}, pl::f32),
+      {.grid = {3}, .scratch_shapes = {pl::ShapeDtype({4}, pl::f32)}, .interpret = true, .name = "scratch_poison"});
+  for (float v : call(std::vector<pl::Array>{})[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v));
+}
+
+// Accumulating into a block that is revisited out of order (programs 0, 2, 4 hit block 0;
+// 1, 3, 5 hit block 1): each block sees its programs in row-major order.
+TEST(CallFeatures, InterleavedRevisits) {
+  auto call = pl::pallas_call(
+      [](pl::Ref o) {
+        pl::Value i = pl::program_id(0);
+        pl::when(i < 2, [&] { o[pl::all] = pl::zeros({1}, pl::i32); });
+        o[pl::all] = o[pl::all] * 10 + (i + 1);
+      },
+      pl::ShapeDtype({2}, pl::i32),
+      {.grid = {6}, .out_specs = {pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i % 2); })}, .interpret = true, .name = "interleaved"});
+  EXPECT_EQ(call(std::vector<pl::Array>{})[0].to_vector<int32_t>(), (std::vector<int32_t>{135, 246}));
+}
+
+// Dynamic bounds, scalar prefetch and aliasing together: arguments are the bounds, then
+// the prefetch operands, then the inputs; alias indices count the prefetch operands.
+TEST(CallFeatures, DynamicBoundsWithPrefetchAndAlias) {
+  std::vector<int32_t> perm{2, 0, 1, 3};
+  std::vector<float> xs(16), ys(16, -1.f);
+  for (int k = 0; k < 16; ++k) xs[k] = static_cast<float>(k);
+  auto call = pl::pallas_call(
+      [](pl::Ref p, pl::Ref x, pl::Ref, pl::Ref o) { o[pl::all] = x[pl::all] + p(pl::program_id(0)).get().astype(pl::f32) * 100; },
+      pl::ShapeDtype({4, 4}, pl::f32),
+      {.grid = {pl::dynamic},
+       .in_specs = {pl::BlockSpec({1, 4}, [](pl::Value i, pl::Ref p) { return pl::idx(p(i), 0); }),
+                    pl::BlockSpec({1, 4}, [](pl::Value i, pl::Ref) { return pl::idx(i, 0); })},
+       .out_specs = {pl::BlockSpec({1, 4}, [](pl::Value i, pl::Ref) { return pl::idx(i, 0); })},
+       .num_scalar_prefetch = 1,
+       .input_output_aliases = {{2, 0}},
+       .interpret = true,
+       .name = "all_together"});
+  auto o = call(pl::Array::scalar<int32_t>(3), pl::Array::from_vector(perm), pl::Array::from_vector(xs, {4, 4}),
+                pl::Array::from_vector(ys, {4, 4}))
+               .to_vector<float>();
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      EXPECT_EQ(o[i * 4 + j], i < 3 ? xs[perm[i] * 4 + j] + 100.f * perm[i] : -1.f) << i << "," << j;  // row 3: aliased input kept
+}
+
+// A grid with an axis of size zero runs no programs; a grid of rank 5 runs them all.
+TEST(CallFeatures, EmptyAndHighRankGrids) {
+  auto none = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({4}); }, pl::ShapeDtype({4}, pl::f32),
+                              {.grid = {3, 0}, .interpret = true, .name = "empty_grid"});
+  for (float v : none(std::vector<pl::Array>{})[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v));
+  auto five = pl::pallas_call(
+      [](pl::Ref o) {
+        pl::Value lin = pl::program_id(0);
+        for (int a = 1; a < 5; ++a) lin = lin * 2 + pl::program_id(a);
+        o(lin) = lin;
+      },
+      pl::ShapeDtype({32}, pl::i32), {.grid = {2, 2, 2, 2, 2}, .interpret = true, .name = "grid5"});
+  auto o = five(std::vector<pl::Array>{})[0].to_vector<int32_t>();
+  for (int k = 0; k < 32; ++k) EXPECT_EQ(o[k], k);
+}
+
+// Indexing inside a block that is a strided view of a bigger array (a column block), and
+// inside a padded edge block: gathers, masked loads, scatters and atomics address the block.
+TEST(CallFeatures, IndexingInsideStridedAndEdgeBlocks) {
+  std::vector<float> xs(6 * 8);
+  for (int k = 0; k < 48; ++k) xs[k] = static_cast<float>(k);
+  std::vector<int32_t> idx{3, 0, 2};
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref ir, pl::Ref g, pl::Ref o) {
+        pl::Value i = ir[pl::all];
+        g[pl::all] = x(pl::all, i);  // [4, 3]: columns 3, 0, 2 of the block
+        o[pl::all] = pl::load(x, {pl::all, pl::all}, {.mask = pl::arange(4) < 2, .other = -1.0});
+        pl::store(o, {1, i}, pl::full({3}, 500.0));
+        pl::atomic_add(o, {0, i}, pl::full({3}, 1000.0));
+      },
+      {pl::ShapeDtype({8, 6}, pl::f32), pl::ShapeDtype({6, 8}, pl::f32)},
+      {.grid = {2, 2},
+       .in_specs = {pl::BlockSpec({4, 4}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); }),
+                    pl::BlockSpec({3}, [](pl::Value, pl::Value) { return pl::idx(0); })},
+       .out_specs = {pl::BlockSpec({4, 3}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); }),
+                     pl::BlockSpec({4, 4}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); })},
+       .interpret = true,
+       .name = "strided_blocks"});
+  auto outs = call({pl::Array::from_vector(xs, {6, 8}), pl::Array::from_vector(idx)});
+  auto g = outs[0].to_vector<float>(), o = outs[1].to_vector<float>();
+  auto X = [&](int r, int c) { return r < 6 ? xs[r * 8 + c] : NAN; };
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 2; ++b)
+      for (int r = 0; r < 4; ++r) {
+        int row = a * 4 + r;
+        for (int k = 0; k < 3; ++k) {
+          float want = X(row, b * 4 + idx[k]);
+          if (row < 8) {
+            if (std::isnan(want)) EXPECT_TRUE(std::isnan(g[row * 6 + b * 3 + k]));
+            else EXPECT_EQ(g[row * 6 + b * 3 + k], want) << row << "," << k;
+          }
+        }
+        if (row >= 6) continue;  // outside the output: dropped
+        for (int c = 0; c < 4; ++c) {
+          float want = c < 2 ? X(row, b * 4 + c) : -1.f;
+          bool hit = c == 3 || c == 0 || c == 2;
+          if (r == 1 && hit) want = 500.f;
+          if (r == 0 && hit) want += 1000.f;
+          EXPECT_EQ(o[row * 8 + b * 4 + c], want) << row << "," << c;
+        }
+      }
+}
+
+// An array of rank above the interpreter's limit is reported for the kernel.
+TEST(CallFeatures, RankLimitIsAnError) {
+  pl::Shape s(9, 1);
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype(s, pl::f32),
+                              {.interpret = true, .name = "rank9"});
+  EXPECT_TRUE(throws_error([&] { call(pl::Array::full(s, 1.0, pl::f32)); }, {"kernel 'rank9'", "rank 9", "8"}));
+}
+
+}  // namespace
+}  // namespace pt

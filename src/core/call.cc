@@ -107,7 +107,14 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
     if (!a.device().is_host()) moved = true, dev = a.device();
     host.push_back(a.device().is_host() ? a : a.to_host());
   }
-  auto r = interp::run_call(call, host);
+  interp::RunResult r;
+  try {
+    r = interp::run_call(call, host);
+  } catch (const Error& e) {  // every error names the kernel
+    std::string m = e.what();
+    if (m.rfind(call.what, 0) == 0) throw;
+    throw Error(call.what + ": " + m);
+  }
   if (moved)
     for (auto& o : r.outputs) o = o.to(dev);
   return r.outputs;
