@@ -3,7 +3,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <source_location>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -47,6 +46,19 @@ struct CallOptions {
   Backend backend = Backend::Auto;
 };
 
+// Where pallas_call was called (for messages). std::source_location needs a builtin that
+// clang 14 lacks; __builtin_FILE / __builtin_LINE in default arguments give the caller's
+// location on g++ and clang alike.
+struct SourceLocation {
+  const char* file = "";
+  unsigned line_ = 0;
+  static constexpr SourceLocation current(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE()) {
+    return {f, l};
+  }
+  constexpr const char* file_name() const { return file; }
+  constexpr unsigned line() const { return line_; }
+};
+
 namespace detail {
 struct CallState;
 using KernelFn = std::function<void(const std::vector<Ref>&)>;
@@ -77,7 +89,7 @@ KernelBody wrap_kernel(F f) {
 }
 
 std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
-                                     bool single_output, std::source_location loc);
+                                     bool single_output, SourceLocation loc);
 }  // namespace detail
 
 // A kernel bound to its grid and specs. Traced on its first call (or by trace()) for the
@@ -107,13 +119,13 @@ class Call {
 
 template <class F>
 Call pallas_call(F kernel, std::vector<ShapeDtype> out_shapes, CallOptions opts = {},
-                 std::source_location loc = std::source_location::current()) {
+                 SourceLocation loc = SourceLocation::current()) {
   return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), std::move(out_shapes), std::move(opts),
                                 false, loc));
 }
 template <class F>
 Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
-                 std::source_location loc = std::source_location::current()) {
+                 SourceLocation loc = SourceLocation::current()) {
   return Call(detail::make_call(detail::wrap_kernel(std::move(kernel)), {std::move(out_shape)}, std::move(opts),
                                 true, loc));
 }

@@ -20,7 +20,7 @@ const core::PallasCall& CallState::get_traced() const {
 }
 
 std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> out_shapes, CallOptions opts,
-                                     bool single_output, std::source_location loc) {
+                                     bool single_output, SourceLocation loc) {
   auto s = std::make_shared<CallState>();
   std::string file = loc.file_name();
   size_t slash = file.find_last_of('/');
