@@ -194,3 +194,89 @@ TEST(Control, ProgramIdAndNumPrograms) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// A value from the kernel's top level used two frames down (a cond inside a loop body, and a
+// loop inside a cond), and values captured by a while body.
+TEST(Control, NestedCaptures) {
+  auto xs = uniform(8, 4, -1, 1);
+  for (auto& x : xs) x = round_to(x, pl::f32);
+  pl::Array x = make_array(xs, {8}, pl::f32);
+  auto call = interp_call(
+      [](pl::Ref xr, pl::Ref o1, pl::Ref o2, pl::Ref o3) {
+        pl::Value v = xr[pl::all];
+        pl::Value two = pl::Value::constant(2.0, pl::f32);
+        o1[pl::all] = pl::fori_loop(0, 4, pl::zeros({8}), [&](pl::Value i, pl::Value acc) {
+          return pl::cond(i % 2 == 0, [&] { return acc + v; }, [&] { return acc - v * two; });
+        });  // v - 2v + v - 2v = -2v
+        o2[pl::all] = pl::cond(pl::Value(true), [&] {
+          return pl::fori_loop(0, 3, v, [&](pl::Value, pl::Value c) { return c * two; });
+        }, [&] { return v; });  // 8v
+        pl::Value step = v * 0.5;
+        auto r = pl::while_loop(std::vector<pl::Value>{pl::zeros({8}), pl::Value::constant(0, pl::i32)},
+                                [&](const std::vector<pl::Value>& c) { return c[1] < 4; },
+                                [&](const std::vector<pl::Value>& c) { return std::vector<pl::Value>{c[0] + step, c[1] + 1}; });
+        o3[pl::all] = r[0];  // 2v
+      },
+      std::vector<pl::ShapeDtype>(3, pl::ShapeDtype({8}, pl::f32)));
+  auto outs = call({x});
+  auto o1 = to_doubles(outs[0]), o2 = to_doubles(outs[1]), o3 = to_doubles(outs[2]);
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_FLOAT_EQ(o1[k], -2 * xs[k]);
+    EXPECT_EQ(o2[k], 8 * xs[k]);
+    EXPECT_FLOAT_EQ(o3[k], 2 * xs[k]);
+  }
+}
+
+// Unrolled loops, i64 bounds and a dynamic ds with a stride.
+TEST(Control, UnrollI64BoundsAndStridedDynamicSlice) {
+  std::vector<int32_t> xs(32);
+  for (int k = 0; k < 32; ++k) xs[k] = k * 3;
+  auto call = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o1, pl::Ref o2, pl::Ref o3) {
+        pl::Value p = pl::program_id(0);
+        pl::Value a = pl::fori_loop(0, 10, pl::Value::constant(0, pl::i32), [](pl::Value i, pl::Value c) { return c + i; }, 3);
+        pl::Value b = pl::fori_loop(pl::Value::constant(0, pl::i64), pl::Value::constant(5, pl::i64), pl::Value::constant(0, pl::i64),
+                                    [](pl::Value i, pl::Value c) {
+                                      EXPECT_EQ(i.dtype(), pl::i64);
+                                      return c + i * i;
+                                    });
+        o1(p) = a;
+        o2(p) = b;
+        o3(p) = xr(pl::ds(p * 2, 4, 3));  // elements 2p, 2p+3, 2p+6, 2p+9
+      },
+      {pl::ShapeDtype({2}, pl::i32), pl::ShapeDtype({2}, pl::i64), pl::ShapeDtype({2, 4}, pl::i32)},
+      {.grid = {2}, .interpret = true, .name = "unroll"});
+  auto outs = call({pl::Array::from_vector(xs)});
+  EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{45, 45}));
+  EXPECT_EQ(outs[1].to_vector<int64_t>(), (std::vector<int64_t>{30, 30}));
+  auto o3 = outs[2].to_vector<int32_t>();
+  for (int p = 0; p < 2; ++p)
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(o3[p * 4 + k], xs[2 * p + 3 * k]);
+}
+
+// Writes to an input ref inside loops and conditionals change only the kernel's copy.
+TEST(Control, InputWritesInsideControlFlowDoNotLeak) {
+  std::vector<float> xs{1, 2, 3, 4};
+  pl::Array x = pl::Array::from_vector(xs);
+  auto call = interp_call(
+      [](pl::Ref xr, pl::Ref o) {
+        pl::fori_loop(0, 2, [&](pl::Value i) {
+          pl::when(i == 1, [&] { xr[pl::all] = xr[pl::all] * 10.0; });
+        });
+        pl::while_loop(pl::Value::constant(0, pl::i32), [](pl::Value c) { return c < 1; }, [&](pl::Value c) {
+          pl::atomic_add(xr, {0}, 0.5);
+          return c + 1;
+        });
+        o[pl::all] = xr[pl::all];
+      },
+      {pl::ShapeDtype({4}, pl::f32)});
+  EXPECT_EQ(call({x})[0].to_vector<float>(), (std::vector<float>{10.5f, 20, 30, 40}));
+  EXPECT_EQ(x.to_vector<float>(), xs);
+  EXPECT_EQ(call({x})[0].to_vector<float>(), (std::vector<float>{10.5f, 20, 30, 40}));  // the same again
+}
+
+}  // namespace
+}  // namespace pt

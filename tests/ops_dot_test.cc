@@ -175,3 +175,18 @@ TEST(Dot, BlockedMatmulWithKLoop) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+// Odd shapes exercise the scalar tails of the interpreter's f32 kernel.
+TEST(Dot, OddShapes) {
+  for (auto [M, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 7, 5}, {5, 3, 33}, {7, 16, 65}}) {
+    SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N));
+    auto av = with_edges(normal(M * K, 11), pl::f32, false), bv = with_edges(normal(K * N, 12), pl::f32, false);
+    pl::Array c = dot_call(make_array(av, {M, K}, pl::f32), make_array(bv, {K, N}, pl::f32), {.precision = pl::Precision::Highest},
+                           pl::ShapeDtype({M, N}, pl::f32));
+    EXPECT_TRUE(close(to_doubles(c), ref_dot(av, bv, M, K, N, false, false), 2e-6, false));
+  }
+}
+}  // namespace
+}  // namespace pt
