@@ -224,7 +224,7 @@ pl::Array source_values(pl::DType t) {
 class ConvertTest : public ::testing::TestWithParam<std::tuple<pl::DType, pl::DType>> {};
 
 TEST_P(ConvertTest, MatchesReference) {
-  auto [from, to] = GetParam();
+  pl::DType from = std::get<0>(GetParam()), to = std::get<1>(GetParam());
   pl::Array x = source_values(from);
   auto call = interp_call([to](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all].astype(to); },
                           {pl::ShapeDtype(x.shape(), to)}, "convert");
