@@ -422,3 +422,84 @@ TEST(Atomics, CompareAndSwap) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// The Triton idiom: a block of offsets that runs past the end, masked by offs < n, with
+// `other` for the masked lanes; the masked store drops the same lanes.
+TEST(MemoryOps, MaskedOutOfBoundsTail) {
+  const int n = 10;
+  std::vector<float> xs(n);
+  for (int k = 0; k < n; ++k) xs[k] = static_cast<float>(k + 1);
+  auto call = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) {
+        pl::Value start = pl::program_id(0) * 4;
+        pl::Value offs = start + pl::arange(4);
+        pl::Value m = offs < n;
+        pl::Value v = pl::load(xr, {pl::ds(start, 4)}, {.mask = m, .other = 0.0});
+        pl::store(o, {pl::ds(start, 4)}, v * 2.0 + pl::sum(v), {.mask = m});
+      },
+      pl::ShapeDtype({n}, pl::f32), {.grid = {3}, .interpret = true, .name = "tail"});
+  auto o = call(pl::Array::from_vector(xs)).to_vector<float>();
+  for (int k = 0; k < n; ++k) {
+    int b = k / 4;
+    float s = 0;
+    for (int j = b * 4; j < std::min(n, b * 4 + 4); ++j) s += xs[j];
+    EXPECT_EQ(o[k], 2 * xs[k] + s) << k;
+  }
+}
+
+// ref[pl::all] on a rank-0 ref reads and writes the whole ref (as ref[...] in Pallas).
+TEST(MemoryOps, AllOnRankZeroRef) {
+  auto call = interp_call(
+      [](pl::Ref x, pl::Ref o, pl::Ref p) {
+        o[pl::all] = x[pl::all] * 3;
+        p[pl::all] = 7;
+        p[pl::all] += x[pl::all];
+      },
+      {pl::ShapeDtype({}, pl::i32), pl::ShapeDtype({}, pl::i32)});
+  auto outs = call({pl::Array::scalar<int32_t>(5)});
+  EXPECT_EQ(outs[0].to_vector<int32_t>(), std::vector<int32_t>{15});
+  EXPECT_EQ(outs[1].to_vector<int32_t>(), std::vector<int32_t>{12});
+}
+
+// pl::full of a value outside an integer dtype's range converts as Array::full does.
+TEST(MemoryOps, FullConvertsLikeArrayFull) {
+  const double vals[] = {300.0, -1.0, 2.7, -2.7, 1e12, NAN};
+  for (pl::DType t : {pl::u8, pl::i8, pl::u32, pl::i32, pl::bool_}) {
+    SCOPED_TRACE(pl::dtype_name(t));
+    std::vector<pl::ShapeDtype> outs(6, pl::ShapeDtype({2}, t));
+    auto call = interp_call(
+        [t, &vals](const std::vector<pl::Ref>& refs) {
+          for (int k = 0; k < 6; ++k) refs[k][pl::all] = pl::full({2}, vals[k], t);
+        },
+        outs, "full");
+    auto got = call(std::vector<pl::Array>{});
+    for (int k = 0; k < 6; ++k) EXPECT_EQ(to_doubles(got[k]), to_doubles(pl::Array::full({2}, vals[k], t))) << vals[k];
+  }
+}
+
+// An index map may point a block entirely outside the array: reads are poison, writes dropped.
+TEST(MemoryOps, BlockEntirelyOutside) {
+  std::vector<float> xs(8);
+  for (int k = 0; k < 8; ++k) xs[k] = static_cast<float>(k);
+  auto call = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o, pl::Ref seen) {
+        o[pl::all] = xr[pl::all] + 1.0;
+        seen(pl::program_id(0)) = pl::sum(pl::where(xr[pl::all] != xr[pl::all], 1, 0));
+      },
+      {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({3}, pl::i32)},
+      {.grid = {3},
+       .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); })},
+       .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); }), pl::BlockSpec({3}, [](pl::Value) { return pl::idx(0); })},
+       .interpret = true,
+       .name = "outside"});
+  auto outs = call({pl::Array::from_vector(xs)});
+  auto o = outs[0].to_vector<float>();
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(o[k], xs[k] + 1);
+  EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{4, 0, 0}));  // program 0's block is block -1
+}
+
+}  // namespace
+}  // namespace pt

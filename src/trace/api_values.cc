@@ -19,7 +19,12 @@ void Value::init_bool(bool v) { *this = make_value(Literal::of_int(v ? 1 : 0, DT
 void Value::init_float(double v) { *this = make_value(Literal::of_float(v, DType::F32, true)); }
 void Value::init_int(int64_t v) { *this = make_value(Literal::of_int(v, DType::I32, true)); }
 Value Value::constant(double v, DType t) {
-  return make_value(is_float(t) ? Literal::of_float(v, t, false) : Literal::of_int(static_cast<int64_t>(v), t, false));
+  if (is_float(t)) return make_value(Literal::of_float(v, t, false));
+  // an integer or bool constant from a double converts as Array::full does (saturating, NaN -> 0)
+  Literal d;
+  d.dtype = DType::F64;
+  d.f = v;
+  return api::convert(make_value(d), t, false);
 }
 
 const Shape& Value::shape() const { return aval_of(*this, "Value::shape").shape; }
