@@ -503,3 +503,51 @@ TEST(MemoryOps, BlockEntirelyOutside) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+
+// Index arrays in a rank-3 ref: adjacent arrays after a slice, arrays around a slice, and a
+// 2-D index array (its shape replaces the indexed dimension).
+TEST(MemoryOps, GatherRank3AndIndexArrayShapes) {
+  std::vector<int32_t> xs(3 * 4 * 5);
+  for (int k = 0; k < 60; ++k) xs[k] = k;
+  auto X = [&](int a, int b, int c) { return xs[(a * 4 + b) * 5 + c]; };
+  std::vector<int32_t> r{3, 0, 1}, c{4, 4, 0}, i2{2, 0, 1, 1, 2, 0};
+  auto call = interp_call(
+      [](pl::Ref x, pl::Ref rr, pl::Ref cr, pl::Ref ir, pl::Ref o1, pl::Ref o2, pl::Ref o3, pl::Ref o4) {
+        pl::Value rv = rr[pl::all], cv = cr[pl::all], iv = ir[pl::all];
+        o1[pl::all] = x(pl::all, rv, cv);               // [3, 3]: adjacent arrays stay in place
+        o2[pl::all] = x(rv.astype(pl::i32) % 3, pl::all, cv);  // [3, 4]: separated arrays go first
+        o3[pl::all] = x(iv);                            // [2, 3, 4, 5]
+        o4[pl::all] = x(1, pl::slice(1, 3), iv.reshape({6}).astype(pl::i32) + 1);  // [2, 6]
+        pl::Value zero = pl::zeros({2, 3}, pl::i32);
+        pl::store(o3, {iv, zero, zero, zero}, pl::full({2, 3}, -1.0, pl::i32));  // scatter with a 2-D index
+      },
+      {pl::ShapeDtype({3, 3}, pl::i32), pl::ShapeDtype({3, 4}, pl::i32), pl::ShapeDtype({2, 3, 4, 5}, pl::i32),
+       pl::ShapeDtype({2, 6}, pl::i32)});
+  auto outs = call({pl::Array::from_vector(xs, {3, 4, 5}), pl::Array::from_vector(r), pl::Array::from_vector(c),
+                    pl::Array::from_vector(i2, {2, 3})});
+  auto o1 = outs[0].to_vector<int32_t>(), o2 = outs[1].to_vector<int32_t>(), o3 = outs[2].to_vector<int32_t>();
+  auto o4 = outs[3].to_vector<int32_t>();
+  for (int a = 0; a < 3; ++a)
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(o1[a * 3 + k], X(a, r[k], c[k]));
+  for (int k = 0; k < 3; ++k)
+    for (int b = 0; b < 4; ++b) EXPECT_EQ(o2[k * 4 + b], X(r[k] % 3, b, c[k]));
+  // o3 = x[i2] ([2,3] index -> [2,3,4,5]), then o3[i2[p], 0, 0, 0] = -1 for every p: i2 holds
+  // 0, 1 and 2 but o3's dim 0 has size 2, so index 2 is dropped and only [0,0,0,0] and
+  // [1,0,0,0] (flat 0 and 60) become -1
+  ASSERT_EQ(o3.size(), 120u);
+  for (int p = 0; p < 6; ++p)
+    for (int b = 0; b < 4; ++b)
+      for (int e = 0; e < 5; ++e) {
+        int f = (p * 4 + b) * 5 + e;
+        int want = (f == 0 || f == 60) ? -1 : X(i2[p], b, e);
+        EXPECT_EQ(o3[f], want) << p << "," << b << "," << e;
+      }
+  for (int a = 0; a < 2; ++a)
+    for (int p = 0; p < 6; ++p) EXPECT_EQ(o4[a * 6 + p], X(1, 1 + a, i2[p] + 1));
+}
+
+}  // namespace
+}  // namespace pt

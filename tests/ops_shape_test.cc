@@ -288,3 +288,23 @@ TEST(ShapeOps, BitcastAndIdentities) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+// Negative dimensions count from the end (iota), and argmax / max of bools work.
+TEST(ShapeOps, NegativeIotaDimensionAndBoolArgmax) {
+  auto call = interp_call(
+      [](pl::Ref b, pl::Ref o1, pl::Ref o2) {
+        o1[pl::all] = pl::iota(pl::i32, {3, 4}, -1);
+        o2[pl::all] = pl::argmax(b[pl::all], 1);
+      },
+      {pl::ShapeDtype({3, 4}, pl::i32), pl::ShapeDtype({3}, pl::i32)});
+  std::vector<bool> bs{false, false, true, true, false, false, false, false, true, false, false, true};
+  auto outs = call({pl::Array::from_vector(bs, {3, 4})});
+  auto o1 = outs[0].to_vector<int32_t>();
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j) EXPECT_EQ(o1[i * 4 + j], j);
+  EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{2, 0, 0}));
+}
+}  // namespace
+}  // namespace pt

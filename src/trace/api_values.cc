@@ -288,7 +288,8 @@ Value transpose(const Value& x, std::vector<int> perm) {
   return bind1(PrimId::transpose, {x}, {{"permutation", p}});
 }
 Value iota(DType dtype, const Shape& shape, int dimension) {
-  return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{dimension}}});
+  int d = ops::normalize_axis("iota", dimension, static_cast<int>(shape.size()));  // -1: the last
+  return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{d}}});
 }
 Value arange(int64_t stop) { return iota(DType::I32, {stop}, 0); }
 Value arange(int64_t start, int64_t stop) {
