@@ -379,3 +379,31 @@ TEST(Arrays, RandomIsDeterministicAndInRange) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+// Mixed-dtype arithmetic computes in the promoted dtype.
+TEST(DType, MixedDtypeArithmeticValues) {
+  std::vector<uint8_t> u{200, 255, 0, 17};
+  std::vector<int8_t> s{-100, 127, -128, -1};
+  std::vector<int32_t> i{1, -2, 3, 2147483647};
+  std::vector<double> h{0.5, 1.5, -2.0, 65504.0}, b{0.25, -3.0, 1.0, 3e38};
+  auto call = interp_call(
+      [](pl::Ref ur, pl::Ref sr, pl::Ref ir, pl::Ref hr, pl::Ref br, pl::Ref o1, pl::Ref o2, pl::Ref o3, pl::Ref o4) {
+        o1[pl::all] = ur[pl::all] + sr[pl::all];   // i16
+        o2[pl::all] = ir[pl::all] + 1.5;           // f32
+        o3[pl::all] = hr[pl::all] + br[pl::all];   // f16 + bf16 -> f32
+        o4[pl::all] = ur[pl::all] * 2;             // u8, wraps
+      },
+      {pl::ShapeDtype({4}, pl::i16), pl::ShapeDtype({4}, pl::f32), pl::ShapeDtype({4}, pl::f32), pl::ShapeDtype({4}, pl::u8)});
+  auto outs = call({pl::Array::from_vector(u), pl::Array::from_vector(s), pl::Array::from_vector(i), make_array(h, {4}, pl::f16),
+                    make_array(b, {4}, pl::bf16)});
+  EXPECT_EQ(outs[0].to_vector<int16_t>(), (std::vector<int16_t>{100, 382, -128, 16}));
+  EXPECT_EQ(outs[1].to_vector<float>(), (std::vector<float>{2.5f, -0.5f, 4.5f, 2147483648.f}));
+  auto bb = to_doubles(make_array(b, {4}, pl::bf16));
+  auto o3 = outs[2].to_vector<float>();
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(o3[k], static_cast<float>(h[k] + bb[k]));
+  EXPECT_EQ(outs[3].to_vector<uint8_t>(), (std::vector<uint8_t>{144, 254, 0, 34}));
+}
+}  // namespace
+}  // namespace pt
