@@ -618,3 +618,29 @@ TEST(CallFeatures, RankLimitIsAnError) {
 
 }  // namespace
 }  // namespace pt
+
+namespace pt {
+namespace {
+// A BlockSpec with a block shape and no index map always selects block 0.
+TEST(CallFeatures, BlockSpecWithoutIndexMap) {
+  std::vector<int32_t> xs{1, 2, 3, 4, 5, 6, 7, 8};
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o(pl::program_id(0)) = pl::sum(x[pl::all]); }, pl::ShapeDtype({2}, pl::i32),
+                              {.grid = {2}, .in_specs = {pl::BlockSpec(pl::Shape{4})}, .interpret = true, .name = "no_map"});
+  EXPECT_EQ(call(pl::Array::from_vector(xs)).to_vector<int32_t>(), (std::vector<int32_t>{10, 10}));
+}
+
+// debug_print on a rank-0 grid, of bools and 16-bit floats.
+TEST(CallFeatures, DebugPrintFormats) {
+  auto call = interp_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::Value v = x[pl::all];
+        pl::debug_print("b={} h={} n={}", {v > 1.0, v, pl::sum(v.astype(pl::i32))});
+        o[pl::all] = v;
+      },
+      {pl::ShapeDtype({2}, pl::f16)}, "formats");
+  ::testing::internal::CaptureStdout();
+  call({make_array({0.5, 2.5}, {2}, pl::f16)});
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "[program ()] b=[False True] h=[0.5 2.5] n=2\n");
+}
+}  // namespace
+}  // namespace pt
