@@ -644,3 +644,34 @@ TEST(CallFeatures, DebugPrintFormats) {
 }
 }  // namespace
 }  // namespace pt
+
+#include <thread>
+
+namespace pt {
+namespace {
+// Calls traced and run from several threads at once (each with its own kernel, and one
+// shared call) give the sequential results.
+TEST(CallFeatures, ConcurrentCallsFromThreads) {
+  std::vector<float> xs(64);
+  for (int k = 0; k < 64; ++k) xs[k] = static_cast<float>(k);
+  pl::Array x = pl::Array::from_vector(xs, {8, 8});
+  auto shared = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] * 2.0; }, pl::ShapeDtype({8, 8}, pl::f32),
+                                {.grid = {8}, .in_specs = {rows(1, 8)}, .out_specs = {rows(1, 8)}, .interpret = true, .name = "shared"});
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int rep = 0; rep < 10; ++rep) {
+        float add = static_cast<float>(t * 100 + rep);
+        auto own = pl::pallas_call([add](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + add; }, pl::ShapeDtype({8, 8}, pl::f32),
+                                   {.grid = {2}, .in_specs = {rows(4, 8)}, .out_specs = {rows(4, 8)}, .interpret = true});
+        auto a = own(x).to_vector<float>();
+        auto b = shared(x).to_vector<float>();
+        for (int k = 0; k < 64; ++k) bad[t] += (a[k] != xs[k] + add) + (b[k] != 2 * xs[k]);
+      }
+    });
+  for (auto& th : ts) th.join();
+  EXPECT_EQ(bad, std::vector<int>(4, 0));
+}
+}  // namespace
+}  // namespace pt
