@@ -76,9 +76,15 @@ class Array {
   // Converts element by element to T (any dtype to any arithmetic T, f16_t or bf16_t).
   template <class T>
   std::vector<T> to_vector() const {
-    std::vector<T> out(static_cast<size_t>(size()));
-    copy_to_host_as(dtype_of<storage_t<T>>(), out.data());
-    return out;
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::unique_ptr<bool[]> tmp(new bool[static_cast<size_t>(size())]);
+      copy_to_host_as(DType::Bool, tmp.get());
+      return std::vector<bool>(tmp.get(), tmp.get() + size());
+    } else {
+      std::vector<T> out(static_cast<size_t>(size()));
+      copy_to_host_as(dtype_of<storage_t<T>>(), out.data());
+      return out;
+    }
   }
 
   const Shape& shape() const { return shape_; }

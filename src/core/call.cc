@@ -45,7 +45,7 @@ std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
     for (int64_t g : st.opts.grid) nd += g < 0;
     if (args.size() < static_cast<size_t>(nd))
       throw Error(st.what + ": called with " + std::to_string(args.size()) + " arguments but the grid has " +
-                  std::to_string(nd) + " dynamic bounds, passed first");
+                  std::to_string(nd) + (nd == 1 ? " dynamic bound" : " dynamic bounds") + ", passed first");
     std::vector<ShapeDtype> ins;
     for (size_t k = nd; k < args.size(); ++k) {
       if (!args[k].defined()) throw Error(st.what + ": input " + std::to_string(k - nd) + " is an empty Array");
@@ -113,7 +113,14 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
     if (!a.device().is_host()) moved = true, dev = a.device();
     host.push_back(a.device().is_host() ? a : a.to_host());
   }
-  auto r = interp::run_call(call, host);
+  interp::RunResult r;
+  try {
+    r = interp::run_call(call, host);
+  } catch (const Error& e) {  // every error names the kernel
+    std::string m = e.what();
+    if (m.rfind(call.what, 0) == 0) throw;
+    throw Error(call.what + ": " + m);
+  }
   if (moved)
     for (auto& o : r.outputs) o = o.to(dev);
   return r.outputs;

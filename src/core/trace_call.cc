@@ -74,7 +74,9 @@ uint64_t PallasCall::hash() const { return ir::hash_text(text()); }
 
 namespace {
 
-std::string plural(size_t n, const char* w) { return std::to_string(n) + " " + w + (n == 1 ? "" : "s"); }
+std::string plural(size_t n, const char* w, const char* many = nullptr) {
+  return std::to_string(n) + " " + (n == 1 ? std::string(w) : many ? std::string(many) : std::string(w) + "s");
+}
 
 ir::JaxprPtr trace_index_map(const std::string& what, const BlockSpec& spec, const BlockMapping& bm,
                              const std::vector<int64_t>& grid, const std::vector<ShapeDtype>& prefetch) {
@@ -91,11 +93,11 @@ ir::JaxprPtr trace_index_map(const std::string& what, const BlockSpec& spec, con
     size_t want = grid.size() + prefetch.size();
     if (spec.index_map_arity >= 0 && static_cast<size_t>(spec.index_map_arity) != want)
       throw Error(what + " takes " + plural(spec.index_map_arity, "argument") + " but the grid has " +
-                  plural(grid.size(), "axis") + (prefetch.empty() ? "" : " and " + plural(prefetch.size(), "scalar-prefetch operand")) +
+                  plural(grid.size(), "axis", "axes") + (prefetch.empty() ? "" : " and " + plural(prefetch.size(), "scalar-prefetch operand")) +
                   ", so it must take " + std::to_string(want));
     outs = spec.index_map(args);
     if (outs.size() != rank)
-      throw Error(what + " returns " + plural(outs.size(), "index") + " but the operand " + bm.array.str() +
+      throw Error(what + " returns " + plural(outs.size(), "index", "indices") + " but the operand " + bm.array.str() +
                   " has rank " + std::to_string(rank) + ": return one block index per dimension");
   }
   std::vector<ir::Atom> atoms;

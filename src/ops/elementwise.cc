@@ -125,7 +125,7 @@ void register_elementwise() {
                    [](const std::vector<Aval>& in, const Params& p) {
                      expect_arity("convert_element_type", in, 1);
                      expect_array("convert_element_type", in[0], "the operand");
-                     return std::vector<Aval>{Aval::array(in[0].shape, p.get<DType>("new_dtype"), false)};
+                     return std::vector<Aval>{Aval::array(in[0].shape, p.get<DType>("new_dtype"), p.get_bool("weak_type"))};
                    });
 
   define_primitive(PrimId::bitcast_convert_type, ir::PrimKind::Elementwise,

@@ -190,6 +190,20 @@ double to_double(T v) {
   else return static_cast<double>(v);
 }
 
+// double -> float rounding to odd: truncate toward zero and set the last bit when inexact.
+// A later round-to-nearest to a format of at most 22 significant bits (f16, bf16) then rounds
+// as if directly from the double, with no double rounding.
+float to_float_odd(double d) {
+  float f = static_cast<float>(d);
+  if (!std::isfinite(f) || static_cast<double>(f) == d) return f;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::fabs(static_cast<double>(f)) > std::fabs(d)) --u;  // one step toward zero
+  u |= 1u;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 template <class To, class From>
 To convert_one(From v) {
   constexpr bool from_float = std::is_floating_point_v<From> || std::is_same_v<From, f16_t> || std::is_same_v<From, bf16_t>;
@@ -197,13 +211,12 @@ To convert_one(From v) {
     return to_double(v) != 0.0;
   } else if constexpr (std::is_same_v<To, f16_t>) {
     if constexpr (std::is_same_v<From, f16_t>) return v;
+    else if constexpr (std::is_same_v<From, double>) return f16_t{float_to_f16(to_float_odd(v))};
     else return f16_t{float_to_f16(static_cast<float>(to_double(v)))};
   } else if constexpr (std::is_same_v<To, bf16_t>) {
     if constexpr (std::is_same_v<From, bf16_t>) return v;
-    else if constexpr (std::is_same_v<From, double>) {
-      // round directly from double through float may double-round; acceptable for conversions
-      return bf16_t{float_to_bf16(static_cast<float>(v))};
-    } else return bf16_t{float_to_bf16(static_cast<float>(to_double(v)))};
+    else if constexpr (std::is_same_v<From, double>) return bf16_t{float_to_bf16(to_float_odd(v))};
+    else return bf16_t{float_to_bf16(static_cast<float>(to_double(v)))};
   } else if constexpr (std::is_floating_point_v<To>) {
     if constexpr (std::is_integral_v<From>) return static_cast<To>(v);
     else return static_cast<To>(to_double(v));

@@ -14,6 +14,7 @@ struct Traced {
   ir::JaxprPtr jaxpr;
   std::vector<ir::Atom> captured;  // outer atoms for the trailing invars
   std::vector<Aval> outs;
+  std::vector<bool> out_weak;  // whether each result was a weak (C++ scalar) value
 };
 
 // Trace fn over fresh invars of the given avals; outputs are converted (dtype, and broadcast)
@@ -27,11 +28,7 @@ Traced trace_sub(const std::vector<Aval>& in, const std::function<std::vector<Va
   {
     trace::Frame f(&parent.context(), true);
     std::vector<Value> args;
-    for (auto& a : in) {
-      Aval b = a;
-      b.weak = false;
-      args.push_back(trace::make_value(f.add_invar(b)));
-    }
+    for (auto& a : in) args.push_back(trace::make_value(f.add_invar(a)));  // weak only where the caller says
     std::vector<Value> outs = fn(args);
     if (target) {
       if (outs.size() != target->size())
@@ -54,6 +51,7 @@ Traced trace_sub(const std::vector<Aval>& in, const std::function<std::vector<Va
     for (auto& o : outs) {
       atoms.push_back(trace::atom_of(o, what));
       Aval a = o.impl()->aval;
+      t.out_weak.push_back(a.weak);
       a.weak = false;
       t.outs.push_back(a);
     }
@@ -102,9 +100,14 @@ std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::v
   auto fn = [&](const std::vector<Value>& a) {
     return body(a[0], std::vector<Value>(a.begin() + 1, a.end()));
   };
-  Traced t = trace_sub(in, fn, &cav, "fori_loop");
-  // A weak init (a C++ scalar) takes the dtype the body gives it, as JAX does.
-  bool retrace = false;
+  // A weak init (a C++ scalar) takes the dtype the body gives it, as JAX does: the first
+  // trace sees it as weak, so that `carry + x` takes x's dtype.
+  std::vector<Aval> in_first = in;
+  bool any_weak = false;
+  for (size_t k = 0; k < carry.size(); ++k)
+    if (carry[k].weak_type() && carry[k].shape().empty()) in_first[k + 1].weak = any_weak = true;
+  Traced t = trace_sub(in_first, fn, &cav, "fori_loop");
+  bool retrace = any_weak;  // the final body takes strong carries
   for (size_t k = 0; k < carry.size(); ++k)
     if (!cav[k].same_type(t.outs[k]) && carry[k].weak_type() && carry[k].shape().empty()) {
       carry[k] = api::broadcast(api::convert(carry[k], t.outs[k].dtype, false), t.outs[k].shape);
@@ -155,12 +158,15 @@ std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& br
   for (auto& b : branches) ts.push_back(trace_sub(oav, b, nullptr, "cond"));
   // Join the branches' result types (a weak scalar in one branch takes the other's dtype).
   std::vector<Aval> target = ts[0].outs;
+  std::vector<bool> target_weak = ts[0].out_weak;
   for (auto& t : ts) {
     if (t.outs.size() != target.size())
       throw Error("cond: branches return different numbers of values (" + std::to_string(target.size()) + " and " +
                   std::to_string(t.outs.size()) + ")");
     for (size_t k = 0; k < target.size(); ++k) {
-      target[k].dtype = promote_types(target[k].dtype, t.outs[k].dtype);
+      auto p = promote_types(target[k].dtype, target_weak[k], t.outs[k].dtype, t.out_weak[k]);
+      target[k].dtype = p.dtype;
+      target_weak[k] = p.weak;
       if (target[k].shape.size() < t.outs[k].shape.size()) target[k].shape = t.outs[k].shape;
     }
   }

@@ -22,9 +22,12 @@ struct Indexed {
   Shape shape;
 };
 
-Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx) {
+Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in) {
   const ir::Aval& a = trace::aval_of(ref, op);
   if (!a.is_ref) throw Error(std::string("pl::") + op + ": " + a.str() + " is not a ref");
+  // ref[pl::all] on a rank-0 ref is the whole ref, as ref[...] in Pallas
+  static const Indexers kNone;
+  const Indexers& idx = a.ndim() == 0 && idx_in.size() == 1 && idx_in[0].kind == Indexer::Kind::All ? kNone : idx_in;
   if (idx.size() > static_cast<size_t>(a.ndim()))
     throw Error(std::string("pl::") + op + ": " + std::to_string(idx.size()) + " indexers for the rank-" +
                 std::to_string(a.ndim()) + " ref " + a.str());

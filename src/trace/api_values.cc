@@ -19,7 +19,12 @@ void Value::init_bool(bool v) { *this = make_value(Literal::of_int(v ? 1 : 0, DT
 void Value::init_float(double v) { *this = make_value(Literal::of_float(v, DType::F32, true)); }
 void Value::init_int(int64_t v) { *this = make_value(Literal::of_int(v, DType::I32, true)); }
 Value Value::constant(double v, DType t) {
-  return make_value(is_float(t) ? Literal::of_float(v, t, false) : Literal::of_int(static_cast<int64_t>(v), t, false));
+  if (is_float(t)) return make_value(Literal::of_float(v, t, false));
+  // an integer or bool constant from a double converts as Array::full does (saturating, NaN -> 0)
+  Literal d;
+  d.dtype = DType::F64;
+  d.f = v;
+  return api::convert(make_value(d), t, false);
 }
 
 const Shape& Value::shape() const { return aval_of(*this, "Value::shape").shape; }
@@ -43,27 +48,26 @@ Value convert(const Value& x, DType t, bool weak) {
     } else if (t == DType::Bool) {
       r = Literal::of_int(l->as_double() != 0.0 ? 1 : 0, t, weak);
     } else {
-      int64_t iv = 0;
+      // Through the run-time conversion, so folded constants convert exactly as tiles do
+      // (float -> int saturates, NaN -> 0; int -> int wraps).
+      unsigned char buf[8] = {};
       if (is_float(l->dtype)) {
         double d = l->f;
-        iv = std::isnan(d) ? 0 : static_cast<int64_t>(std::trunc(std::clamp(d, -9.2e18, 9.2e18)));
+        convert_elements(DType::F64, &d, t, buf, 1);
       } else {
-        iv = l->i;
+        int64_t v = l->i;
+        convert_elements(l->dtype == DType::U64 ? DType::U64 : DType::I64, &v, t, buf, 1);
       }
-      // wrap to the target width
-      int bits = bit_width(t);
-      if (bits < 64) {
-        uint64_t mask = (uint64_t{1} << bits) - 1;
-        uint64_t u = static_cast<uint64_t>(iv) & mask;
-        if (is_signed_int(t) && (u >> (bits - 1))) u |= ~mask;
-        iv = static_cast<int64_t>(u);
-      }
+      int64_t iv = 0;
+      convert_elements(t, buf, is_unsigned_int(t) ? DType::U64 : DType::I64, &iv, 1);
       r = Literal::of_int(iv, t, weak);
     }
     return make_value(r);
   }
   if (a.dtype == t) return x;  // only weakness differs: keep the variable
-  return bind1(PrimId::convert_element_type, {x}, {{"new_dtype", t}});
+  ir::Params p{{"new_dtype", t}};
+  p.set_flag("weak_type", weak);  // as lax.convert_element_type(weak_type=...): i32 + 1.5 is a weak f32
+  return bind1(PrimId::convert_element_type, {x}, p);
 }
 
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
@@ -284,7 +288,8 @@ Value transpose(const Value& x, std::vector<int> perm) {
   return bind1(PrimId::transpose, {x}, {{"permutation", p}});
 }
 Value iota(DType dtype, const Shape& shape, int dimension) {
-  return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{dimension}}});
+  int d = ops::normalize_axis("iota", dimension, static_cast<int>(shape.size()));  // -1: the last
+  return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{d}}});
 }
 Value arange(int64_t stop) { return iota(DType::I32, {stop}, 0); }
 Value arange(int64_t start, int64_t stop) {

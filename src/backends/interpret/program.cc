@@ -40,7 +40,7 @@ void* Arena::alloc(size_t bytes) {
       continue;
     }
     size_t size = std::max<size_t>(bytes, size_t{1} << 22);
-    Chunk c{std::unique_ptr<unsigned char[]>(new (std::align_val_t{64}) unsigned char[size]), size};
+    Chunk c{std::unique_ptr<unsigned char[], AlignedDelete>(new (std::align_val_t{64}) unsigned char[size]), size};
     chunks_.push_back(std::move(c));
   }
 }

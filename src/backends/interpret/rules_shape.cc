@@ -12,6 +12,7 @@ void iota_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Dims shape(p.get<std::vector<int64_t>>("shape"));
   DType t = p.get<DType>("dtype");
   int dim = static_cast<int>(p.get_int("dimension"));
+  if (dim < 0) dim += shape.n;  // abstract eval accepts -1 for the last dimension
   Val& o = env[ins.out[0]];
   o = ctx.alloc(t, shape);
   int64_t inner = 1;

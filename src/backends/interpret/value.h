@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "pallas/dtype.h"
@@ -63,8 +64,12 @@ class Arena {
   void reset(Mark m) { cur_ = m.chunk, off_ = m.offset; }
 
  private:
+  // Chunks come from the 64-byte-aligned operator new[], so they go back to the aligned delete[].
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
   struct Chunk {
-    std::unique_ptr<unsigned char[]> mem;
+    std::unique_ptr<unsigned char[], AlignedDelete> mem;
     size_t size;
   };
   std::vector<Chunk> chunks_;
