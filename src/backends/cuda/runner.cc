@@ -34,7 +34,10 @@ Pool& pool() {
 }
 size_t bucket(size_t bytes) { return bytes <= 512 ? 512 : (bytes + 4095) / 4096 * 4096; }
 
-void* dev_alloc(int, size_t bytes) {
+void* dev_alloc(int device, size_t bytes) {
+  if (!driver().loaded || device != 0)
+    throw Error("Array on cuda:" + std::to_string(device) + ": no CUDA backend can run here (" +
+                (driver().loaded ? std::string("only cuda:0 is used") : driver().why_not) + ")");
   size_t b = bucket(bytes);
   Pool& pl = pool();
   {
