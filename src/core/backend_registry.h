@@ -12,6 +12,8 @@ struct BackendRunner {
   virtual bool available() const = 0;
   virtual std::string why_unavailable() const = 0;
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args) const = 0;
+  // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
+  virtual void compile_check(const PallasCall& call) const {}
 };
 
 // nullptr when the library was built without the CUDA backend.

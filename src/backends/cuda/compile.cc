@@ -1,0 +1,146 @@
+#include "src/backends/cuda/compile.h"
+
+#include <nvrtc.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <unistd.h>
+
+namespace pallas::cuda {
+
+namespace fs = std::filesystem;
+
+std::string nvrtc_version() {
+  int a = 0, b = 0;
+  nvrtcVersion(&a, &b);
+  return std::to_string(a) + "." + std::to_string(b);
+}
+
+namespace {
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("PALLAS_CACHE_DIR")) return d;
+  const char* h = std::getenv("HOME");
+  return std::string(h ? h : "/tmp") + "/.cache/pallas-cpp";
+}
+
+bool read_file(const std::string& p, std::string* out) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream s;
+  s << f.rdbuf();
+  *out = s.str();
+  return !out->empty();
+}
+
+// Written to a unique temporary then renamed, so concurrent processes never see half files.
+void write_file(const std::string& p, const std::string& data) {
+  std::error_code ec;
+  fs::create_directories(fs::path(p).parent_path(), ec);
+  std::string tmp = p + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(std::hash<std::string>{}(data) & 0xffff);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) return;
+    f << data;
+  }
+  fs::rename(tmp, p, ec);
+}
+
+std::string context(const std::string& src, int line) {
+  std::istringstream in(src);
+  std::string l, out;
+  int n = 0;
+  while (std::getline(in, l)) {
+    ++n;
+    if (n >= line - 4 && n <= line + 2) out += (n == line ? ">> " : "   ") + std::to_string(n) + ": " + l + "\n";
+  }
+  return out;
+}
+
+// Points at the first "(line): error" in the log with the source around it.
+std::string explain(const std::string& log, const std::string& src) {
+  size_t p = log.find("): error");
+  if (p == std::string::npos) p = log.find("error");
+  size_t q = p == std::string::npos ? std::string::npos : log.rfind('(', p);
+  int line = q == std::string::npos ? 0 : std::atoi(log.c_str() + q + 1);
+  return line > 0 ? "\n" + context(src, line) : "";
+}
+
+void check(nvrtcResult r, const std::string& what) {
+  if (r != NVRTC_SUCCESS) throw Error(what + ": " + nvrtcGetErrorString(r));
+}
+
+void dump(const Lowered& L, const std::string& ptx, const std::string& dir) {
+  write_file(dir + "/" + L.name + ".cu", L.source);
+  if (!ptx.empty()) write_file(dir + "/" + L.name + ".ptx", ptx);
+}
+
+}  // namespace
+
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
+  std::string key = std::to_string(call.hash()) + "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = mem.find(key);
+    if (it != mem.end()) return it->second;
+  }
+  auto c = std::make_shared<Compiled>();
+  c->arch = arch;
+  c->lowered = lower(call);
+  const Lowered& L = c->lowered;
+  const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
+  std::string dump_dir = dump_env ? dump_env : call.debug ? cache_dir() + "/dump" : "";
+  char hb[32];
+  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(ir::hash_text(L.source + "|" + arch + "|" + nvrtc_version())));
+  std::string disk = cache_dir() + "/" + L.name.substr(0, 48) + "_" + hb + ".cubin";
+  bool no_disk = std::getenv("PALLAS_NO_DISK_CACHE") != nullptr;
+  if (!no_disk && dump_dir.empty() && read_file(disk, &c->cubin)) {
+    c->from_disk = true;
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    nvrtcProgram prog;
+    check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), call.what + ": NVRTC");
+    std::string archopt = "--gpu-architecture=" + arch;
+    const char* opts[] = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550"};
+    nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    std::string log(n, '\0');
+    if (n) nvrtcGetProgramLog(prog, log.data());
+    if (r != NVRTC_SUCCESS) {
+      nvrtcDestroyProgram(&prog);
+      if (!dump_dir.empty()) dump(L, "", dump_dir);
+      throw Error(call.what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + arch + ":\n" + log +
+                  explain(log, L.source) + "(set PALLAS_DUMP_DIR to keep the generated source)");
+    }
+    size_t cn = 0;
+    check(nvrtcGetCUBINSize(prog, &cn), call.what + ": NVRTC cubin");
+    c->cubin.resize(cn);
+    check(nvrtcGetCUBIN(prog, c->cubin.data()), call.what + ": NVRTC cubin");
+    if (!dump_dir.empty()) {
+      std::string ptx;
+      size_t pn = 0;
+      if (nvrtcGetPTXSize(prog, &pn) == NVRTC_SUCCESS && pn > 1) {
+        ptx.resize(pn);
+        nvrtcGetPTX(prog, ptx.data());
+      }
+      dump(L, ptx, dump_dir);
+    }
+    nvrtcDestroyProgram(&prog);
+    c->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!no_disk) write_file(disk, c->cubin);
+  }
+  std::lock_guard<std::mutex> g(mu);
+  mem[key] = c;
+  return c;
+}
+
+}  // namespace pallas::cuda

@@ -1,0 +1,24 @@
+// NVRTC compile of a lowered kernel to a cubin, with an in-memory and on-disk cache
+// (PALLAS_CACHE_DIR, default ~/.cache/pallas-cpp) keyed by source hash, arch and NVRTC
+// version. debug or PALLAS_DUMP_DIR writes the source and PTX.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "src/backends/cuda/lower.h"
+
+namespace pallas::cuda {
+
+struct Compiled {
+  Lowered lowered;
+  std::string arch;
+  std::string cubin;
+  double compile_ms = 0;  // 0 when it came from a cache
+  bool from_disk = false;
+};
+
+// The lowered, compiled kernel of a call (cached in memory by call hash + arch).
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch);
+std::string nvrtc_version();
+
+}  // namespace pallas::cuda

@@ -1,0 +1,146 @@
+#include "src/backends/cuda/driver.h"
+
+#include <dlfcn.h>
+
+#include "pallas/error.h"
+#include "src/runtime/buffer.h"
+
+namespace pallas::cuda {
+
+namespace {
+
+CUcontext g_ctx = nullptr;
+
+Driver load() {
+  Driver d;
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    d.why = "libcuda.so.1 could not be loaded (no NVIDIA driver)";
+    return d;
+  }
+  bool all = true;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (!fn) all = false;
+  };
+  sym(d.cuInit, "cuInit");
+  sym(d.cuDeviceGetCount, "cuDeviceGetCount");
+  sym(d.cuDeviceGet, "cuDeviceGet");
+  sym(d.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  sym(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(d.cuCtxSetCurrent, "cuCtxSetCurrent");
+  sym(d.cuCtxSynchronize, "cuCtxSynchronize");
+  sym(d.cuModuleLoadData, "cuModuleLoadData");
+  sym(d.cuModuleGetFunction, "cuModuleGetFunction");
+  sym(d.cuFuncSetAttribute, "cuFuncSetAttribute");
+  sym(d.cuLaunchKernel, "cuLaunchKernel");
+  sym(d.cuMemAlloc, "cuMemAlloc_v2");
+  sym(d.cuMemFree, "cuMemFree_v2");
+  sym(d.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  sym(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  sym(d.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  sym(d.cuMemsetD32, "cuMemsetD32_v2");
+  sym(d.cuGetErrorString, "cuGetErrorString");
+  sym(d.cuEventCreate, "cuEventCreate");
+  sym(d.cuEventRecord, "cuEventRecord");
+  sym(d.cuEventSynchronize, "cuEventSynchronize");
+  sym(d.cuEventElapsedTime, "cuEventElapsedTime_v2");
+  if (!d.cuEventElapsedTime) {
+    all = true;
+    sym(d.cuEventElapsedTime, "cuEventElapsedTime");
+  }
+  if (!all) {
+    d.why = "libcuda lacks a driver API entry point Pallas needs (driver too old?)";
+    return d;
+  }
+  int n = 0;
+  if (d.cuInit(0) != 0 || d.cuDeviceGetCount(&n) != 0 || n == 0) {
+    d.why = "the NVIDIA driver reports no usable CUDA device";
+    return d;
+  }
+  CUdevice dev;
+  d.cuDeviceGet(&dev, 0);
+  int major = 0, minor = 0;
+  d.cuDeviceGetAttribute(&major, 75, dev);  // COMPUTE_CAPABILITY_MAJOR
+  d.cuDeviceGetAttribute(&minor, 76, dev);  // COMPUTE_CAPABILITY_MINOR
+  d.cuDeviceGetAttribute(&d.max_smem_optin, 97, dev);  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  d.arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
+  if (d.cuDevicePrimaryCtxRetain(&g_ctx, dev) != 0) {
+    d.why = "could not create a CUDA context on device 0";
+    return d;
+  }
+  d.ok = true;
+  return d;
+}
+
+void* dev_alloc(int device, size_t bytes) {
+  make_current(device);
+  CUdeviceptr p = 0;
+  check(driver().cuMemAlloc(&p, bytes ? bytes : 1), "allocating " + std::to_string(bytes) + " bytes of device memory");
+  return reinterpret_cast<void*>(p);
+}
+void dev_free(int device, void* p) {
+  make_current(device);
+  driver().cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+}
+void to_dev(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, n), "copying to the device");
+}
+void to_host(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), n), "copying to the host");
+}
+void dev_copy(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "copying on the device");
+}
+
+}  // namespace
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver r = load();
+    if (r.ok) {
+      DeviceMemoryHooks h;
+      h.alloc = dev_alloc;
+      h.free = dev_free;
+      h.copy_to_device = to_dev;
+      h.copy_to_host = to_host;
+      h.copy_device = dev_copy;
+      set_device_memory_hooks(h);
+    }
+    return r;
+  }();
+  return d;
+}
+
+void make_current(int device) {
+  if (device != 0) throw Error("the CUDA backend drives device 0 only for now (asked for cuda:" + std::to_string(device) + ")");
+  thread_local bool done = false;
+  if (!done) {
+    driver().cuCtxSetCurrent(g_ctx);
+    done = true;
+  }
+}
+
+void check(CUresult r, const std::string& what) {
+  if (r == 0) return;
+  const char* s = nullptr;
+  if (driver().cuGetErrorString) driver().cuGetErrorString(r, &s);
+  std::string msg = std::string("CUDA error ") + std::to_string(r) + " (" + (s ? s : "?") + ") " + what;
+  if (r == 2) msg += ": out of device memory";
+  throw Error(msg);
+}
+
+// Installs the memory hooks as soon as the library loads where a GPU is present, so that
+// Array::to(Device::cuda()) works before any call.
+namespace {
+[[maybe_unused]] const bool g_hooks = [] {
+  if (std::getenv("PALLAS_NO_CUDA")) return false;
+  return driver().ok;
+}();
+}  // namespace
+
+}  // namespace pallas::cuda
