@@ -2,6 +2,10 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
 #include "pallas/error.h"
 #include "src/runtime/buffer.h"
 
@@ -74,15 +78,61 @@ Driver load() {
   return d;
 }
 
+// A small caching allocator: freed blocks are kept by size (up to 8 GiB in all), so that a
+// steady stream of calls does not pay cuMemAlloc/cuMemFree each time.
+struct Pool {
+  std::mutex mu;
+  std::unordered_multimap<size_t, CUdeviceptr> free;
+  std::unordered_map<CUdeviceptr, size_t> size;
+  size_t cached = 0;
+};
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+size_t round_size(size_t b) { return b <= 512 ? 512 : (b + 4095) & ~size_t{4095}; }
+
 void* dev_alloc(int device, size_t bytes) {
   make_current(device);
+  size_t n = round_size(bytes);
+  Pool& P = pool();
+  {
+    std::lock_guard<std::mutex> g(P.mu);
+    auto it = P.free.find(n);
+    if (it != P.free.end()) {
+      CUdeviceptr p = it->second;
+      P.free.erase(it);
+      P.cached -= n;
+      return reinterpret_cast<void*>(p);
+    }
+  }
   CUdeviceptr p = 0;
-  check(driver().cuMemAlloc(&p, bytes ? bytes : 1), "allocating " + std::to_string(bytes) + " bytes of device memory");
+  CUresult r = driver().cuMemAlloc(&p, n);
+  if (r == 2) {  // out of memory: give the cache back and try once more
+    std::lock_guard<std::mutex> g(P.mu);
+    for (auto& [sz, q] : P.free) driver().cuMemFree(q);
+    P.free.clear();
+    P.cached = 0;
+    r = driver().cuMemAlloc(&p, n);
+  }
+  check(r, "allocating " + std::to_string(bytes) + " bytes of device memory");
+  std::lock_guard<std::mutex> g(P.mu);
+  P.size[p] = n;
   return reinterpret_cast<void*>(p);
 }
-void dev_free(int device, void* p) {
+void dev_free(int device, void* ptr) {
   make_current(device);
-  driver().cuMemFree(reinterpret_cast<CUdeviceptr>(p));
+  CUdeviceptr p = reinterpret_cast<CUdeviceptr>(ptr);
+  Pool& P = pool();
+  std::lock_guard<std::mutex> g(P.mu);
+  size_t n = P.size.count(p) ? P.size[p] : 0;
+  if (n && P.cached + n <= (size_t{8} << 30)) {
+    P.free.emplace(n, p);
+    P.cached += n;
+    return;
+  }
+  P.size.erase(p);
+  driver().cuMemFree(p);
 }
 void to_dev(int device, void* dst, const void* src, size_t n) {
   make_current(device);
