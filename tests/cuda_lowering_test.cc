@@ -167,9 +167,10 @@ TEST(CudaLowering, MatmulLoopOverK) {
 
 TEST(CudaLowering, MaskedLoadStoreAtomicsAndControl) {
   auto x = pl::random::normal({100}, pl::f32, 9);
+  auto acc0 = pl::Array::from_vector(std::vector<float>{0.5f}, {1});
   check([&](pl::Backend b) {
     return pl::pallas_call(
-        [](pl::Ref x, pl::Ref o, pl::Ref s) {
+        [](pl::Ref x, pl::Ref, pl::Ref o, pl::Ref s) {
           pl::Value i = pl::program_id(0);
           pl::Value idx = pl::arange(64) + i * 64;
           pl::Value m = idx < 100;
@@ -181,10 +182,11 @@ TEST(CudaLowering, MaskedLoadStoreAtomicsAndControl) {
         },
         std::vector<pl::ShapeDtype>{pl::ShapeDtype({100}, pl::f32), pl::ShapeDtype({1}, pl::f32)},
         {.grid = {2},
-         .in_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); })},
+         .in_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); }), pl::BlockSpec({1}, [](pl::Value) { return pl::idx(0); })},
          .out_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); }), pl::BlockSpec({1}, [](pl::Value) { return pl::idx(0); })},
+         .input_output_aliases = {{1, 1}},
          .backend = b});
-  }, {x}, 1e-5);
+  }, {x, acc0}, 1e-5);
 }
 
 TEST(CudaLowering, ScratchPrefetchAndHighRankGrid) {

@@ -48,13 +48,19 @@ void reduce(Emitter& E, const ir::Eqn& e) {
     std::string acc = E.fresh("acc");
     E.line(T + " " + acc + " = " + init_value(id, t) + ";");
     E.foreach(in.shape, [&] { E.line(acc + " = " + combine(id, T, acc, "ld(" + E.elem(e.in[0], "k") + ")") + ";"); });
-    E.reserve(0, ir::Aval::array({E.nt}, id == PrimId::reduce_sum && t == DType::Bool ? DType::I32 : (is_float(t) && itemsize(t) < 4 ? DType::F32 : t)));
+    // Warp shuffles (4/8-byte compute types), then one partial per warp through shared memory.
+    bool shfl = T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64";
+    int parts = shfl ? E.nt / 32 : E.nt;
+    if (shfl)
+      E.line("for (int o_ = 16; o_ > 0; o_ >>= 1) " + acc + " = " + combine(id, T, acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o_)") + ";");
+    E.reserve(0, ir::Aval::array({E.nt}, DType::F64));
     std::string p = E.fresh("xs");
     E.line(T + "* " + p + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
-    E.line(p + "[threadIdx.x] = " + acc + ";");
+    if (shfl) E.line("if ((threadIdx.x & 31) == 0) " + p + "[threadIdx.x >> 5] = " + acc + ";");
+    else E.line(p + "[threadIdx.x] = " + acc + ";");
     E.sync();
     E.line(acc + " = " + p + "[0];");
-    E.line("for (int j = 1; j < " + std::to_string(E.nt) + "; ++j) " + acc + " = " + combine(id, T, acc, p + "[j]") + ";");
+    E.line("for (int j = 1; j < " + std::to_string(parts) + "; ++j) " + acc + " = " + combine(id, T, acc, p + "[j]") + ";");
     E.sync();
     E.line(E.name(o) + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
     return;
