@@ -18,7 +18,7 @@ using pallas::cuda::driver;
 template <class F>
 double gpu_ms(F&& f, int reps) {
   auto& d = driver();
-  CUevent a, b;
+  pallas::cuda::CUevent a, b;
   d.cuEventCreate(&a, 0);
   d.cuEventCreate(&b, 0);
   for (int i = 0; i < 3; ++i) f();

@@ -1,4 +1,6 @@
 // pallas_call's Call object and backend dispatch.
+#include <cstdlib>
+
 #include "src/backends/interpret/interpreter.h"
 #include "src/core/backend_registry.h"
 #include "src/core/pallas_call.h"
@@ -106,6 +108,12 @@ Backend resolve_backend(const PallasCall& call) {
 
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args) {
   if (resolve_backend(call) == Backend::Cuda) return cuda_runner()->run(call, args);
+  // CI without a GPU: every interpreted call is also lowered and compiled for the GPU.
+  static const bool compile_check = [] {
+    const char* e = std::getenv("PALLAS_CUDA_COMPILE_CHECK");
+    return e && *e && *e != '0';
+  }();
+  if (compile_check && cuda_runner()) cuda_runner()->compile_check(call);
   std::vector<Array> host;
   bool moved = false;
   Device dev = Device::host();

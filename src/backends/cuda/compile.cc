@@ -1,7 +1,6 @@
 #include "src/backends/cuda/compile.h"
 
 #include <nvrtc.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -11,138 +10,152 @@
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
-
-#include "pallas/error.h"
-#include "src/ir/ir.h"
+#include <unistd.h>
 
 namespace pallas::cuda {
 
 namespace fs = std::filesystem;
 
 std::string nvrtc_version() {
-  int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
-  return std::to_string(major) + "." + std::to_string(minor);
+  int a = 0, b = 0;
+  nvrtcVersion(&a, &b);
+  return std::to_string(a) + "." + std::to_string(b);
 }
 
 namespace {
 
-const char* const kOptions[] = {"-std=c++17", "-default-device"};
-
 std::string cache_dir() {
   if (const char* d = std::getenv("PALLAS_CACHE_DIR")) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/pallas";
-  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/pallas";
-  return "";
+  const char* h = std::getenv("HOME");
+  return std::string(h ? h : "/tmp") + "/.cache/pallas-cpp";
 }
 
-// The lines of `source` around line `line` (1-based), numbered.
-std::string excerpt(const std::string& source, int line) {
-  std::istringstream in(source);
+bool read_file(const std::string& p, std::string* out) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) return false;
+  std::ostringstream s;
+  s << f.rdbuf();
+  *out = s.str();
+  return !out->empty();
+}
+
+// Written to a unique temporary then renamed, so concurrent processes never see half files.
+void write_file(const std::string& p, const std::string& data) {
+  std::error_code ec;
+  fs::create_directories(fs::path(p).parent_path(), ec);
+  std::string tmp = p + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(std::hash<std::string>{}(data) & 0xffff);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) return;
+    f << data;
+  }
+  fs::rename(tmp, p, ec);
+}
+
+std::string context(const std::string& src, int line) {
+  std::istringstream in(src);
   std::string l, out;
-  for (int n = 1; std::getline(in, l); ++n)
-    if (n >= line - 3 && n <= line + 3) out += (n == line ? ">> " : "   ") + std::to_string(n) + ": " + l + "\n";
+  int n = 0;
+  while (std::getline(in, l)) {
+    ++n;
+    if (n >= line - 4 && n <= line + 2) out += (n == line ? ">> " : "   ") + std::to_string(n) + ": " + l + "\n";
+  }
   return out;
 }
 
-std::string first_error_excerpt(const std::string& log, const std::string& source) {
+// Points at the first "(line): error" in the log with the source around it.
+std::string explain(const std::string& log, const std::string& src) {
   size_t p = log.find("): error");
-  if (p == std::string::npos) return "";
-  size_t open = log.rfind('(', p);
-  if (open == std::string::npos) return "";
-  int line = std::atoi(log.c_str() + open + 1);
-  return line > 0 ? "\ngenerated source around line " + std::to_string(line) + ":\n" + excerpt(source, line) : "";
+  if (p == std::string::npos) p = log.find("error");
+  size_t q = p == std::string::npos ? std::string::npos : log.rfind('(', p);
+  int line = q == std::string::npos ? 0 : std::atoi(log.c_str() + q + 1);
+  return line > 0 ? "\n" + context(src, line) : "";
 }
 
-struct Program {
-  nvrtcProgram p = nullptr;
-  ~Program() {
-    if (p) nvrtcDestroyProgram(&p);
-  }
-};
+void check(nvrtcResult r, const std::string& what) {
+  if (r != NVRTC_SUCCESS) throw Error(what + ": " + nvrtcGetErrorString(r));
+}
 
-std::string run_nvrtc(const std::string& source, const std::string& file, const std::string& arch, const std::string& what,
-                      bool want_ptx, std::vector<char>* out) {
-  Program prog;
-  if (nvrtcCreateProgram(&prog.p, source.c_str(), file.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS)
-    throw Error(what + ": nvrtcCreateProgram failed");
-  std::string arch_opt = "--gpu-architecture=" + (want_ptx ? "compute_" + arch.substr(3) : arch);
-  std::vector<const char*> opts{arch_opt.c_str()};
-  for (const char* o : kOptions) opts.push_back(o);
-  nvrtcResult r = nvrtcCompileProgram(prog.p, static_cast<int>(opts.size()), opts.data());
-  size_t n = 0;
-  nvrtcGetProgramLogSize(prog.p, &n);
-  std::string log(n, '\0');
-  nvrtcGetProgramLog(prog.p, log.data());
-  if (r != NVRTC_SUCCESS)
-    throw Error(what + ": NVRTC could not compile the generated CUDA C++ for " + arch + ":\n" + log +
-                first_error_excerpt(log, source));
-  size_t size = 0;
-  if (want_ptx) {
-    nvrtcGetPTXSize(prog.p, &size);
-    out->resize(size);
-    nvrtcGetPTX(prog.p, out->data());
-  } else {
-    nvrtcGetCUBINSize(prog.p, &size);
-    out->resize(size);
-    nvrtcGetCUBIN(prog.p, out->data());
-  }
-  return log;
+void dump(const Lowered& L, const std::string& ptx, const std::string& dir) {
+  write_file(dir + "/" + L.name + ".cu", L.source);
+  if (!ptx.empty()) write_file(dir + "/" + L.name + ".ptx", ptx);
 }
 
 }  // namespace
 
-std::shared_ptr<const Cubin> compile(const std::string& source, const std::string& entry, const std::string& arch,
-                                     const std::string& what, bool debug) {
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch) {
   static std::mutex mu;
-  static std::unordered_map<uint64_t, std::shared_ptr<const Cubin>> memory;
-  std::string key_text = source + "\n//" + arch + "|" + nvrtc_version();
-  for (const char* o : kOptions) key_text += std::string("|") + o;
-  uint64_t key = ir::hash_text(key_text);
-  char hex[32];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
-  const char* dump = std::getenv("PALLAS_DUMP_DIR");
-  if (debug || dump) {
-    std::string dir = dump ? dump : ".";
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    std::ofstream(dir + "/" + entry + "_" + hex + ".cu") << source;
-    std::vector<char> ptx;
-    run_nvrtc(source, entry + ".cu", arch, what, true, &ptx);
-    std::ofstream(dir + "/" + entry + "_" + hex + ".ptx") << std::string(ptx.data(), ptx.size() ? ptx.size() - 1 : 0);
-    if (debug) std::printf("pallas: wrote %s/%s_%s.cu and .ptx\n", dir.c_str(), entry.c_str(), hex);
-  }
+  static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
+  std::string key = std::to_string(call.hash()) + "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch;
   {
     std::lock_guard<std::mutex> g(mu);
-    auto it = memory.find(key);
-    if (it != memory.end()) return it->second;
+    auto it = mem.find(key);
+    if (it != mem.end()) return it->second;
   }
-  auto cubin = std::make_shared<Cubin>();
-  cubin->arch = arch;
-  std::string dir = cache_dir();
-  std::string path = dir.empty() ? "" : dir + "/" + hex + ".cubin";
-  if (!path.empty()) {
-    std::ifstream in(path, std::ios::binary);
-    if (in) cubin->image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  if (cubin->image.empty()) {
-    auto t0 = std::chrono::steady_clock::now();
-    run_nvrtc(source, entry + ".cu", arch, what, false, &cubin->image);
-    cubin->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!path.empty()) {  // write-then-rename: readers never see a partial file
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      std::string tmp = path + ".tmp" + std::to_string(::getpid());
-      {
-        std::ofstream out(tmp, std::ios::binary);
-        out.write(cubin->image.data(), static_cast<std::streamsize>(cubin->image.size()));
-      }
-      fs::rename(tmp, path, ec);
-      if (ec) fs::remove(tmp, ec);
+  auto c = std::make_shared<Compiled>();
+  c->arch = arch;
+  // The sm_90a fast paths first (wgmma/TMA matmul loops and flash attention), then the
+  // general lowering.
+  if (arch == "sm_90a" && !std::getenv("PALLAS_NO_FAST_PATHS")) {
+    if ((c->matmul = sm90::plan_matmul(call))) {
+      c->lowered.name = c->matmul->entry;
+      c->lowered.source = c->matmul->source;
+      c->lowered.threads = c->matmul->threads;
+      c->lowered.smem_bytes = static_cast<size_t>(c->matmul->smem_bytes);
+    } else if ((c->attention = sm90::plan_attention(call))) {
+      c->lowered.name = c->attention->entry;
+      c->lowered.source = c->attention->source;
+      c->lowered.threads = c->attention->threads;
+      c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
     }
   }
+  if (!c->matmul && !c->attention) c->lowered = lower(call);
+  const Lowered& L = c->lowered;
+  const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
+  std::string dump_dir = dump_env ? dump_env : call.debug ? cache_dir() + "/dump" : "";
+  char hb[32];
+  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(ir::hash_text(L.source + "|" + arch + "|" + nvrtc_version())));
+  std::string disk = cache_dir() + "/" + L.name.substr(0, 48) + "_" + hb + ".cubin";
+  bool no_disk = std::getenv("PALLAS_NO_DISK_CACHE") != nullptr;
+  if (!no_disk && dump_dir.empty() && read_file(disk, &c->cubin)) {
+    c->from_disk = true;
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    nvrtcProgram prog;
+    check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), call.what + ": NVRTC");
+    std::string archopt = "--gpu-architecture=" + arch;
+    const char* opts[] = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550"};
+    nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    std::string log(n, '\0');
+    if (n) nvrtcGetProgramLog(prog, log.data());
+    if (r != NVRTC_SUCCESS) {
+      nvrtcDestroyProgram(&prog);
+      if (!dump_dir.empty()) dump(L, "", dump_dir);
+      throw Error(call.what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + arch + ":\n" + log +
+                  explain(log, L.source) + "(set PALLAS_DUMP_DIR to keep the generated source)");
+    }
+    size_t cn = 0;
+    check(nvrtcGetCUBINSize(prog, &cn), call.what + ": NVRTC cubin");
+    c->cubin.resize(cn);
+    check(nvrtcGetCUBIN(prog, c->cubin.data()), call.what + ": NVRTC cubin");
+    if (!dump_dir.empty()) {
+      std::string ptx;
+      size_t pn = 0;
+      if (nvrtcGetPTXSize(prog, &pn) == NVRTC_SUCCESS && pn > 1) {
+        ptx.resize(pn);
+        nvrtcGetPTX(prog, ptx.data());
+      }
+      dump(L, ptx, dump_dir);
+    }
+    nvrtcDestroyProgram(&prog);
+    c->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!no_disk) write_file(disk, c->cubin);
+  }
   std::lock_guard<std::mutex> g(mu);
-  return memory.emplace(key, cubin).first->second;
+  mem[key] = c;
+  return c;
 }
 
 }  // namespace pallas::cuda

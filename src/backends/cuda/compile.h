@@ -1,25 +1,30 @@
-// CUDA C++ -> cubin with NVRTC, cached in memory and on disk.
+// NVRTC compile of a lowered kernel to a cubin, with an in-memory and on-disk cache
+// (PALLAS_CACHE_DIR, default ~/.cache/pallas-cpp) keyed by source hash, arch and NVRTC
+// version. debug or PALLAS_DUMP_DIR writes the source and PTX.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
-#include <vector>
+
+#include "src/backends/cuda/lower.h"
+#include "src/backends/cuda/sm90/attention_plan.h"
+#include "src/backends/cuda/sm90/matmul_plan.h"
 
 namespace pallas::cuda {
 
-struct Cubin {
+struct Compiled {
+  Lowered lowered;
   std::string arch;
-  std::vector<char> image;
+  std::string cubin;
   double compile_ms = 0;  // 0 when it came from a cache
+  bool from_disk = false;
+  // Set when an sm_90a fast path took the call (its kernel then has its own parameters).
+  std::optional<sm90::MatmulPlan> matmul;
+  std::optional<sm90::AttentionPlan> attention;
 };
 
-// Compiles `source` for `arch` (e.g. "sm_90a"). `what` names the kernel in errors, which show
-// the generated source around the failing line. The cache key is the source, the arch, the
-// options and the NVRTC version; the disk cache lives in $PALLAS_CACHE_DIR (default
-// ~/.cache/pallas) and is written atomically, so processes can share it. With debug or
-// $PALLAS_DUMP_DIR the source and PTX are written out.
-std::shared_ptr<const Cubin> compile(const std::string& source, const std::string& entry, const std::string& arch,
-                                     const std::string& what, bool debug);
-
+// The lowered, compiled kernel of a call (cached in memory by call hash + arch).
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch);
 std::string nvrtc_version();
 
 }  // namespace pallas::cuda

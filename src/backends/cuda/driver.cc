@@ -2,69 +2,196 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 
 #include "pallas/error.h"
+#include "src/runtime/buffer.h"
 
 namespace pallas::cuda {
 
-Driver& driver() {
-  static Driver d;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      d.why_not = "libcuda.so.1 (the NVIDIA driver) was not found";
-      return;
-    }
-#define PALLAS_X(name, type)                                        \
-  d.name = reinterpret_cast<type>(dlsym(h, #name));                 \
-  if (!d.name) {                                                    \
-    d.why_not = std::string("the driver lacks ") + #name;           \
-    return;                                                         \
+namespace {
+
+CUcontext g_ctx = nullptr;
+
+Driver load() {
+  Driver d;
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    d.why = "libcuda.so.1 could not be loaded (no NVIDIA driver)";
+    return d;
   }
-    PALLAS_CU_FN(PALLAS_X)
-#undef PALLAS_X
-    if (d.cuInit(0) != CUDA_SUCCESS || d.cuDeviceGetCount(&d.device_count) != CUDA_SUCCESS || d.device_count == 0) {
-      d.why_not = "the driver reports no CUDA device";
-      return;
-    }
-    CUdevice dev;
-    d.cuDeviceGet(&dev, 0);
-    d.cuDeviceGetAttribute(&d.cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    d.cuDeviceGetAttribute(&d.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-    d.cuDeviceGetAttribute(&d.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
-    d.cuDeviceGetAttribute(&d.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
-    if (d.cuDevicePrimaryCtxRetain(&d.ctx, dev) != CUDA_SUCCESS) {
-      d.why_not = "could not retain the device's primary context";
-      return;
-    }
-    d.loaded = true;
-  });
+  bool all = true;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (!fn) all = false;
+  };
+  sym(d.cuInit, "cuInit");
+  sym(d.cuDeviceGetCount, "cuDeviceGetCount");
+  sym(d.cuDeviceGet, "cuDeviceGet");
+  sym(d.cuDeviceGetAttribute, "cuDeviceGetAttribute");
+  sym(d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+  sym(d.cuCtxSetCurrent, "cuCtxSetCurrent");
+  sym(d.cuCtxSynchronize, "cuCtxSynchronize");
+  sym(d.cuModuleLoadData, "cuModuleLoadData");
+  sym(d.cuModuleGetFunction, "cuModuleGetFunction");
+  sym(d.cuFuncSetAttribute, "cuFuncSetAttribute");
+  sym(d.cuLaunchKernel, "cuLaunchKernel");
+  sym(d.cuMemAlloc, "cuMemAlloc_v2");
+  sym(d.cuMemFree, "cuMemFree_v2");
+  sym(d.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
+  sym(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  sym(d.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
+  sym(d.cuMemsetD32, "cuMemsetD32_v2");
+  sym(d.cuGetErrorString, "cuGetErrorString");
+  sym(d.cuEventCreate, "cuEventCreate");
+  sym(d.cuEventRecord, "cuEventRecord");
+  sym(d.cuEventSynchronize, "cuEventSynchronize");
+  sym(d.cuEventElapsedTime, "cuEventElapsedTime_v2");
+  if (!d.cuEventElapsedTime) {
+    all = true;
+    sym(d.cuEventElapsedTime, "cuEventElapsedTime");
+  }
+  d.cuTensorMapEncodeTiled = reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(h, "cuTensorMapEncodeTiled"));
+  if (!all) {
+    d.why = "libcuda lacks a driver API entry point Pallas needs (driver too old?)";
+    return d;
+  }
+  int n = 0;
+  if (d.cuInit(0) != 0 || d.cuDeviceGetCount(&n) != 0 || n == 0) {
+    d.why = "the NVIDIA driver reports no usable CUDA device";
+    return d;
+  }
+  CUdevice dev;
+  d.cuDeviceGet(&dev, 0);
+  int major = 0, minor = 0;
+  d.cuDeviceGetAttribute(&major, 75, dev);  // COMPUTE_CAPABILITY_MAJOR
+  d.cuDeviceGetAttribute(&minor, 76, dev);  // COMPUTE_CAPABILITY_MINOR
+  d.cuDeviceGetAttribute(&d.max_smem_optin, 97, dev);  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  d.arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
+  if (d.cuDevicePrimaryCtxRetain(&g_ctx, dev) != 0) {
+    d.why = "could not create a CUDA context on device 0";
+    return d;
+  }
+  d.ok = true;
   return d;
 }
 
-void check(CUresult r, const char* call, const std::string& what) {
-  if (r == CUDA_SUCCESS) return;
-  const char* msg = "unknown error";
-  if (driver().cuGetErrorString) driver().cuGetErrorString(r, &msg);
-  std::string hint;
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) hint = " (the GPU is out of memory: free arrays or use smaller inputs)";
-  throw Error(what + ": " + call + " failed: " + msg + hint);
+// A small caching allocator: freed blocks are kept by size (up to 8 GiB in all), so that a
+// steady stream of calls does not pay cuMemAlloc/cuMemFree each time.
+struct Pool {
+  std::mutex mu;
+  std::unordered_multimap<size_t, CUdeviceptr> free;
+  std::unordered_map<CUdeviceptr, size_t> size;
+  size_t cached = 0;
+};
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+size_t round_size(size_t b) { return b <= 512 ? 512 : (b + 4095) & ~size_t{4095}; }
+
+void* dev_alloc(int device, size_t bytes) {
+  make_current(device);
+  size_t n = round_size(bytes);
+  Pool& P = pool();
+  {
+    std::lock_guard<std::mutex> g(P.mu);
+    auto it = P.free.find(n);
+    if (it != P.free.end()) {
+      CUdeviceptr p = it->second;
+      P.free.erase(it);
+      P.cached -= n;
+      return reinterpret_cast<void*>(p);
+    }
+  }
+  CUdeviceptr p = 0;
+  CUresult r = driver().cuMemAlloc(&p, n);
+  if (r == 2) {  // out of memory: give the cache back and try once more
+    std::lock_guard<std::mutex> g(P.mu);
+    for (auto& [sz, q] : P.free) driver().cuMemFree(q);
+    P.free.clear();
+    P.cached = 0;
+    r = driver().cuMemAlloc(&p, n);
+  }
+  check(r, "allocating " + std::to_string(bytes) + " bytes of device memory");
+  std::lock_guard<std::mutex> g(P.mu);
+  P.size[p] = n;
+  return reinterpret_cast<void*>(p);
+}
+void dev_free(int device, void* ptr) {
+  make_current(device);
+  CUdeviceptr p = reinterpret_cast<CUdeviceptr>(ptr);
+  Pool& P = pool();
+  std::lock_guard<std::mutex> g(P.mu);
+  size_t n = P.size.count(p) ? P.size[p] : 0;
+  if (n && P.cached + n <= (size_t{8} << 30)) {
+    P.free.emplace(n, p);
+    P.cached += n;
+    return;
+  }
+  P.size.erase(p);
+  driver().cuMemFree(p);
+}
+void to_dev(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(dst), src, n), "copying to the device");
+}
+void to_host(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), n), "copying to the host");
+}
+void dev_copy(int device, void* dst, const void* src, size_t n) {
+  make_current(device);
+  check(driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "copying on the device");
 }
 
-void make_current() {
-  Driver& d = driver();
-  if (!d.loaded) throw Error("CUDA is not available: " + d.why_not);
-  check(d.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent", "CUDA");
+}  // namespace
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver r = load();
+    if (r.ok) {
+      DeviceMemoryHooks h;
+      h.alloc = dev_alloc;
+      h.free = dev_free;
+      h.copy_to_device = to_dev;
+      h.copy_to_host = to_host;
+      h.copy_device = dev_copy;
+      set_device_memory_hooks(h);
+    }
+    return r;
+  }();
+  return d;
 }
 
-std::string device_arch() {
-  Driver& d = driver();
-  if (!d.loaded) return "sm_90a";
-  std::string a = "sm_" + std::to_string(d.cc_major) + std::to_string(d.cc_minor);
-  return d.cc_major == 9 ? a + "a" : a;
+void make_current(int device) {
+  if (device != 0) throw Error("the CUDA backend drives device 0 only for now (asked for cuda:" + std::to_string(device) + ")");
+  thread_local bool done = false;
+  if (!done) {
+    driver().cuCtxSetCurrent(g_ctx);
+    done = true;
+  }
 }
+
+void check(CUresult r, const std::string& what) {
+  if (r == 0) return;
+  const char* s = nullptr;
+  if (driver().cuGetErrorString) driver().cuGetErrorString(r, &s);
+  std::string msg = std::string("CUDA error ") + std::to_string(r) + " (" + (s ? s : "?") + ") " + what;
+  if (r == 2) msg += ": out of device memory";
+  throw Error(msg);
+}
+
+// Installs the memory hooks as soon as the library loads where a GPU is present, so that
+// Array::to(Device::cuda()) works before any call.
+namespace {
+[[maybe_unused]] const bool g_hooks = [] {
+  if (std::getenv("PALLAS_NO_CUDA")) return false;
+  return driver().ok;
+}();
+}  // namespace
 
 }  // namespace pallas::cuda

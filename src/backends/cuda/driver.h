@@ -1,61 +1,55 @@
-// The CUDA driver API, loaded with dlopen at run time: the library builds, and compiles
-// kernels to cubins, on machines without a GPU or libcuda.
+// The CUDA driver API, loaded with dlopen at first use (the library never links libcuda).
 #pragma once
-#include <cuda.h>
-
+#include <cstddef>
 #include <string>
-#include <type_traits>
 
 namespace pallas::cuda {
 
-struct Driver {
-#define PALLAS_CU_FN(X)                                                                                      \
-  X(cuInit, CUresult (*)(unsigned))                                                                           \
-  X(cuGetErrorString, CUresult (*)(CUresult, const char**))                                                   \
-  X(cuDeviceGetCount, CUresult (*)(int*))                                                                     \
-  X(cuDeviceGet, CUresult (*)(CUdevice*, int))                                                                \
-  X(cuDeviceGetAttribute, CUresult (*)(int*, CUdevice_attribute, CUdevice))                                   \
-  X(cuDevicePrimaryCtxRetain, CUresult (*)(CUcontext*, CUdevice))                                             \
-  X(cuCtxSetCurrent, CUresult (*)(CUcontext))                                                                 \
-  X(cuCtxSynchronize, CUresult (*)())                                                                         \
-  X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr*, size_t))                                                        \
-  X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                                                  \
-  X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void*, size_t))                                          \
-  X(cuMemcpyDtoH_v2, CUresult (*)(void*, CUdeviceptr, size_t))                                                \
-  X(cuMemcpyDtoD_v2, CUresult (*)(CUdeviceptr, CUdeviceptr, size_t))                                          \
-  X(cuMemsetD8_v2, CUresult (*)(CUdeviceptr, unsigned char, size_t))                                          \
-  X(cuModuleLoadData, CUresult (*)(CUmodule*, const void*))                                                   \
-  X(cuModuleGetFunction, CUresult (*)(CUfunction*, CUmodule, const char*))                                    \
-  X(cuFuncSetAttribute, CUresult (*)(CUfunction, CUfunction_attribute, int))                                  \
-  X(cuLaunchKernel, CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,      \
-                                 unsigned, CUstream, void**, void**))                                         \
-  X(cuStreamSynchronize, CUresult (*)(CUstream))                                                              \
-  X(cuEventCreate, CUresult (*)(CUevent*, unsigned))                                                          \
-  X(cuEventRecord, CUresult (*)(CUevent, CUstream))                                                           \
-  X(cuEventSynchronize, CUresult (*)(CUevent))                                                                \
-  X(cuEventElapsedTime, CUresult (*)(float*, CUevent, CUevent))                                               \
-  X(cuTensorMapEncodeTiled,                                                                                   \
-    CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*, const cuuint64_t*,  \
-                 const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,             \
-                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
-#define PALLAS_X(name, type) std::type_identity_t<type> name = nullptr;
-  PALLAS_CU_FN(PALLAS_X)
-#undef PALLAS_X
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUmodule = void*;
+using CUfunction = void*;
+using CUstream = void*;
+using CUevent = void*;
+using CUdeviceptr = unsigned long long;
 
-  bool loaded = false;
-  std::string why_not;  // when not loaded or no device
-  int device_count = 0;
-  CUcontext ctx = nullptr;
-  int cc_major = 0, cc_minor = 0, sm_count = 0, max_smem_optin = 0;
+struct Driver {
+  bool ok = false;
+  std::string why;  // when !ok
+  CUresult (*cuInit)(unsigned);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetAttribute)(int*, int, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
+  CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t);
+  CUresult (*cuGetErrorString)(CUresult, const char**);
+  CUresult (*cuEventCreate)(CUevent*, unsigned);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  // Tensor-copy descriptors for the sm_90a fast paths (types as in cuda.h, passed as ints).
+  CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const unsigned long long*, const unsigned long long*,
+                                     const unsigned*, const unsigned*, int, int, int, int) = nullptr;
+  std::string arch;  // "sm_90a" etc. of device 0
+  int max_smem_optin = 0;
 };
 
-// The process-wide driver (loaded and initialised on first use; never throws).
-Driver& driver();
-// Throws a pl::Error "<what>: <call> failed: <driver message>" when r is not CUDA_SUCCESS.
-void check(CUresult r, const char* call, const std::string& what);
-// Makes the primary context of device 0 current on this thread (throws when unavailable).
-void make_current();
-// "sm_90a" on Hopper (wgmma and TMA need the a-suffixed target), else sm_<major><minor>.
-std::string device_arch();
+// Loaded and initialised once (device 0's primary context made current per thread).
+const Driver& driver();
+void make_current(int device);
+// Throws a pl::Error naming what failed.
+void check(CUresult r, const std::string& what);
 
 }  // namespace pallas::cuda

@@ -1,0 +1,139 @@
+// CUDA backend benchmarks on the GPU: f32 add over 2^28, f32 softmax 16384x4096, a bf16
+// matmul (SIMT path), first-call cost (trace + lower + compile) and the steady-state cost
+// of one call of a tiny kernel. Times with CUDA events, median of many runs.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include <pallas/pallas.h>
+
+#include "src/backends/cuda/compile.h"
+#include "src/backends/cuda/driver.h"
+
+namespace pl = pallas;
+namespace cu = pallas::cuda;
+
+static double median_ms(const std::function<void()>& f, int reps) {
+  const cu::Driver& d = cu::driver();
+  for (int i = 0; i < 3; ++i) f();
+  d.cuCtxSynchronize();
+  std::vector<double> t;
+  cu::CUevent a, b;
+  d.cuEventCreate(&a, 0);
+  d.cuEventCreate(&b, 0);
+  for (int i = 0; i < reps; ++i) {
+    d.cuEventRecord(a, nullptr);
+    f();
+    d.cuEventRecord(b, nullptr);
+    d.cuEventSynchronize(b);
+    float ms = 0;
+    d.cuEventElapsedTime(&ms, a, b);
+    t.push_back(ms);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+static double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int main(int argc, char** argv) {
+  if (!pl::cuda_available()) {
+    std::printf("no GPU: %s\n", "CUDA backend unavailable");
+    return 1;
+  }
+  std::printf("workload,ms,metric,value\n");
+  {  // first call: trace + lower + compile (cold unless the disk cache has it) + launch
+    double t0 = now_ms();
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]) * 2.f; }, pl::ShapeDtype({1024}, pl::f32),
+                             {.grid = {8}, .in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::idx(i); })},
+                              .out_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::idx(i); })}, .name = "first"});
+    auto x = pl::random::normal({1024}, pl::f32, 1).to(pl::Device::cuda(0));
+    auto o = k(x);
+    auto v = o.to_vector<float>();
+    std::printf("first_call_small_kernel,%.2f,ms,%s\n", now_ms() - t0, std::getenv("PALLAS_NO_DISK_CACHE") ? "cold" : "disk-cache");
+  }
+  {  // steady-state cost of one call of a tiny kernel (inputs on the device)
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({128}, pl::f32), {.name = "tiny"});
+    auto x = pl::random::normal({128}, pl::f32, 1).to(pl::Device::cuda(0));
+    for (int i = 0; i < 100; ++i) k(x);
+    cu::driver().cuCtxSynchronize();
+    int n = 20000;
+    double t0 = now_ms();
+    for (int i = 0; i < n; ++i) k(x);
+    cu::driver().cuCtxSynchronize();
+    std::printf("tiny_call_host_overhead,%.4f,us_per_call,%.2f\n", (now_ms() - t0) / n, (now_ms() - t0) / n * 1000);
+  }
+  for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28
+    int64_t n = int64_t{1} << 28;
+    auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
+    int warps = bs >= 4096 ? 8 : 4;
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
+                             {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "add",
+                              .compiler_params = {.num_warps = warps}});
+    auto x = pl::random::normal({n}, pl::f32, 1).to(pl::Device::cuda(0));
+    auto y = pl::random::normal({n}, pl::f32, 2).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x, y); }, 30);
+    // correctness spot check
+    auto xv = x.to_vector<float>(), yv = y.to_vector<float>(), ov = out.to_vector<float>();
+    double err = 0;
+    for (int64_t i = 0; i < n; i += 4099) err = std::max(err, (double)std::fabs(ov[i] - (xv[i] + yv[i])));
+    std::printf("f32_add_2^28_block%d_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", bs, warps, ms, 3.0 * n * 4 / ms / 1e6, err);
+  }
+  {  // f32 softmax 16384 x 4096, one row per program
+    int64_t R = 16384, C = 4096;
+    for (int warps : {4, 8, 16}) {
+      auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
+      auto k = pl::pallas_call(
+          [](pl::Ref x, pl::Ref o) {
+            pl::Value v = x[pl::all];
+            pl::Value e = pl::exp(v - pl::max(v, {1}, true));
+            o[pl::all] = e / pl::sum(e, {1}, true);
+          },
+          pl::ShapeDtype({R, C}, pl::f32),
+          {.grid = {R}, .in_specs = {spec}, .out_specs = {spec}, .name = "softmax", .compiler_params = {.num_warps = warps}});
+      auto x = pl::random::normal({R, C}, pl::f32, 3).to(pl::Device::cuda(0));
+      pl::Array out;
+      double ms = median_ms([&] { out = k(x); }, 20);
+      auto xv = x.to_vector<float>(), ov = out.to_vector<float>();
+      double err = 0;
+      for (int64_t r = 0; r < R; r += 1001) {
+        double m = -1e30, s = 0;
+        for (int64_t c = 0; c < C; ++c) m = std::max(m, (double)xv[r * C + c]);
+        for (int64_t c = 0; c < C; ++c) s += std::exp(xv[r * C + c] - m);
+        for (int64_t c = 0; c < C; ++c) err = std::max(err, std::fabs(ov[r * C + c] - std::exp(xv[r * C + c] - m) / s));
+      }
+      std::printf("f32_softmax_16384x4096_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", warps, ms, 2.0 * R * C * 4 / ms / 1e6, err);
+    }
+  }
+  if (argc > 1 && std::string(argv[1]) == "matmul") {  // bf16 matmul, SIMT dot path
+    for (int64_t n : {1024, 2048}) {
+      int64_t bm = 64, bk = 32;
+      auto k = pl::pallas_call(
+          [n, bm, bk](pl::Ref a, pl::Ref b, pl::Ref o) {
+            pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bm}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+              return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
+            });
+            o[pl::all] = acc.astype(pl::bf16);
+          },
+          pl::ShapeDtype({n, n}, pl::bf16),
+          {.grid = {n / bm, n / bm},
+           .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                        pl::BlockSpec({n, bm}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+           .out_specs = {pl::BlockSpec({bm, bm}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+           .name = "matmul", .compiler_params = {.num_warps = 8}});
+      auto a = pl::random::normal({n, n}, pl::bf16, 4).to(pl::Device::cuda(0));
+      auto b = pl::random::normal({n, n}, pl::bf16, 5).to(pl::Device::cuda(0));
+      pl::Array out;
+      double ms = median_ms([&] { out = k(a, b); }, 5);
+      std::printf("bf16_matmul_%lld^3_simt,%.4f,TFLOP/s,%.2f\n", (long long)n, ms, 2.0 * n * n * n / ms / 1e9);
+    }
+  }
+  return 0;
+}

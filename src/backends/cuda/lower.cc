@@ -1,0 +1,312 @@
+// The emitter and the kernel skeleton: parameters, program ids of a grid of any rank
+// (folded into blockIdx.x/y), index maps evaluated on the device, block views of the
+// operands (edges bounded by the array), scratch in shared memory.
+#include "src/backends/cuda/lower.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+namespace pallas::cuda {
+
+std::string ctype(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::I8: return "i8";
+    case DType::I16: return "i16";
+    case DType::I32: return "i32";
+    case DType::I64: return "i64";
+    case DType::U8: return "u8";
+    case DType::U16: return "u16";
+    case DType::U32: return "u32";
+    case DType::U64: return "u64";
+    case DType::F16: return "f16";
+    case DType::BF16: return "bf16";
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+  }
+  return "?";
+}
+std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ? "float" : ctype(t); }
+
+void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth) * 2, ' ') << s << "\n"; }
+
+std::string Emitter::fresh(const std::string& prefix) {
+  static thread_local int n = 0;
+  return "_" + prefix + std::to_string(++n);
+}
+
+void Emitter::fail(const ir::Eqn& e, const std::string& why) const {
+  throw Error(what + ": the CUDA backend cannot lower primitive '" + e.prim->name + "': " + why +
+              "; run it with interpret = true (Backend::Interpret) meanwhile");
+}
+
+std::string Emitter::lit(const ir::Literal& l) const {
+  char buf[64];
+  if (is_float(l.dtype)) {
+    double v = l.f;
+    std::string f;
+    if (std::isnan(v)) f = "__longlong_as_double(0x7ff8000000000000ll)";
+    else if (std::isinf(v)) f = v > 0 ? "__longlong_as_double(0x7ff0000000000000ll)" : "__longlong_as_double(0xfff0000000000000ll)";
+    else {
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      f = buf;
+      if (f.find_first_of(".eEn") == std::string::npos) f += ".0";
+    }
+    if (l.dtype == DType::F64) return "(" + f + ")";
+    if (l.dtype == DType::F32) return "((float)" + f + ")";
+    return "cv<" + ctype(l.dtype) + ">((float)" + f + ")";
+  }
+  if (l.dtype == DType::Bool) return l.i ? "true" : "false";
+  std::snprintf(buf, sizeof buf, "((%s)%lldll)", ctype(l.dtype).c_str(), static_cast<long long>(l.i));
+  if (l.dtype == DType::U64) std::snprintf(buf, sizeof buf, "((u64)%lluull)", static_cast<unsigned long long>(l.i));
+  return buf;
+}
+
+std::string Emitter::name(const ir::Atom& a) const {
+  if (auto* l = std::get_if<ir::Literal>(&a)) return lit(*l);
+  const ir::Var& v = std::get<ir::Var>(a);
+  auto it = names.find(v.id);
+  if (it == names.end()) throw Error(what + ": CUDA lowering: variable %" + std::to_string(v.id) + " used before definition");
+  return it->second;
+}
+
+std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
+  ir::Aval av = ir::atom_aval(a);
+  return scalar_like(av) ? name(a) : name(a) + "[" + k + "]";
+}
+
+void Emitter::declare(const ir::Var& v) {
+  std::string n = "v" + std::to_string(v.id) + "_" + fresh("");
+  names[v.id] = n;
+  if (scalar_like(v.aval)) line(ctype(v.aval.dtype) + " " + n + ";");
+  else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(per_thread(v.aval.shape)) + "];");
+}
+
+void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
+  int64_t n = shape_size(s);
+  if (n == 1) {
+    line("{ const int k = 0, e = 0; (void)k; (void)e;");
+    ++depth;
+    f();
+    --depth;
+    line("}");
+    return;
+  }
+  int64_t K = per_thread(s);
+  line("#pragma unroll");
+  line("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = threadIdx.x + k * " + std::to_string(nt) + ";" +
+       (n % nt ? " if (e < " + std::to_string(n) + ") {" : " {"));
+  ++depth;
+  f();
+  --depth;
+  line("}}");
+}
+
+std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) {
+  std::vector<std::string> r(s.size());
+  int64_t st = 1;
+  for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
+    r[d] = fresh("i");
+    std::string x = st == 1 ? e : "(" + e + " / " + std::to_string(st) + ")";
+    if (d > 0) x += " % " + std::to_string(s[d]);
+    line("const int " + r[d] + " = " + x + ";");
+    st *= s[d];
+  }
+  return r;
+}
+
+size_t Emitter::reserve(size_t off, const ir::Aval& a) {
+  size_t end = (off + static_cast<size_t>(a.size()) * itemsize(a.dtype) + 15) & ~size_t{15};
+  if (end > xbytes) xbytes = end;
+  return end;
+}
+
+std::string Emitter::put_shared(const ir::Atom& a, size_t off) {
+  ir::Aval av = ir::atom_aval(a);
+  std::string p = fresh("xs");
+  line(ctype(av.dtype) + "* " + p + " = (" + ctype(av.dtype) + "*)(smem + " + std::to_string(xoff + off) + ");");
+  if (scalar_like(av)) {
+    line("if (threadIdx.x == 0) " + p + "[0] = " + name(a) + ";");
+  } else {
+    foreach(av.shape, [&] { line(p + "[e] = " + elem(a, "k") + ";"); });
+  }
+  return p;
+}
+
+void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
+  if (inner.aval.is_ref) {
+    const ir::Var& o = std::get<ir::Var>(outer);
+    auto it = refs.find(o.id);
+    if (it == refs.end()) throw Error(what + ": CUDA lowering: unknown ref");
+    refs[inner.id] = it->second;
+    return;
+  }
+  names[inner.id] = name(outer);
+}
+
+void Emitter::emit_eqns(const ir::Jaxpr& j) {
+  for (const ir::Eqn& e : j.eqns) {
+    const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
+    if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
+    r(*this, e);
+  }
+}
+
+namespace {
+
+std::string sanitize(const std::string& s) {
+  std::string r;
+  for (char c : s) r += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return r.substr(0, 40);
+}
+
+}  // namespace
+
+Lowered lower(const core::PallasCall& call) {
+  const core::GridMapping& gm = call.grid;
+  int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
+  Lowered L;
+  L.threads = warps * 32;
+  char hb[32];
+  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(call.hash()));
+  L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
+  Emitter E(L.threads, call.what);
+
+  size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
+  const ir::Jaxpr& k = *call.kernel;
+  // Scratch in shared memory, then the exchange region.
+  size_t soff = 0;
+  std::vector<size_t> scratch_off;
+  for (auto& s : gm.scratch) {
+    scratch_off.push_back(soff);
+    soff = (soff + static_cast<size_t>(shape_size(s.shape)) * itemsize(s.dtype) + 15) & ~size_t{15};
+  }
+  E.xoff = soff;
+
+  // Parameters.
+  std::string params;
+  for (size_t a = 0; a < np + nin + nout; ++a) params += "char* __restrict__ p" + std::to_string(a) + ", ";
+  params += "int* __restrict__ perr";
+  std::vector<std::string> G(gm.grid.size());
+  int nd = 0;
+  for (size_t d = 0; d < gm.grid.size(); ++d) {
+    if (gm.grid[d] < 0) {
+      G[d] = "gd" + std::to_string(nd++);
+      params += ", int " + G[d];
+    } else {
+      G[d] = std::to_string(gm.grid[d]);
+    }
+  }
+
+  // Program ids: the launch grid is the product of the grid, row-major, in blockIdx.x + y.
+  E.line("const long long lin = blockIdx.x + (long long)blockIdx.y * gridDim.x; (void)lin;");
+  {
+    std::string total = "1ll";
+    for (auto& g : G) total += " * " + g;
+    E.line("if (lin >= " + total + ") return;");
+  }
+  std::vector<std::string> pid(gm.grid.size());
+  {
+    std::string rest = "lin";
+    for (int d = static_cast<int>(gm.grid.size()) - 1; d >= 0; --d) {
+      pid[d] = "pid" + std::to_string(d);
+      E.line("const int " + pid[d] + " = (int)(" + rest + " % " + G[d] + ");");
+      rest = "(" + rest + " / " + G[d] + ")";
+    }
+  }
+  E.names[-100] = "";  // unused
+  // Prefetch refs: whole arrays.
+  auto whole_ref = [&](const ir::Var& v, const ShapeDtype& sd, const std::string& ptr) {
+    RefInfo r;
+    r.base = "((" + ctype(sd.dtype) + "*)" + ptr + ")";
+    r.dtype = sd.dtype;
+    r.shape = sd.shape;
+    r.strides.assign(sd.shape.size(), 1);
+    for (int d = static_cast<int>(sd.shape.size()) - 2; d >= 0; --d) r.strides[d] = r.strides[d + 1] * sd.shape[d + 1];
+    r.lim.assign(sd.shape.size(), "");
+    E.refs[v.id] = r;
+  };
+  for (size_t a = 0; a < np; ++a) whole_ref(k.invars[a], gm.prefetch[a], "p" + std::to_string(a));
+
+  // Block views of inputs and outputs, from the index maps.
+  auto block_ref = [&](const ir::Var& v, const core::BlockMapping& bm, size_t a) {
+    const ir::Jaxpr& im = *bm.index_map;
+    E.line("// " + bm.what);
+    E.line("{");
+    ++E.depth;
+    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pid[g];
+    for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q)
+      E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
+    E.emit_eqns(im);
+    std::vector<std::string> idx;
+    for (auto& o : im.outvars) idx.push_back(E.name(o));
+    --E.depth;
+    // The index-map code ran in a scope; re-emit its outputs into outer variables.
+    // (Simplest: hoist by assigning inside the scope.)
+    std::string off = "off" + std::to_string(a);
+    const Shape& as = bm.array.shape;
+    size_t rank = as.size();
+    std::vector<int64_t> st(rank, 1);
+    for (int d = static_cast<int>(rank) - 2; d >= 0; --d) st[d] = st[d + 1] * as[d + 1];
+    std::string offexpr = "0ll";
+    for (size_t d = 0; d < rank; ++d) {
+      E.line("  org" + std::to_string(a) + "_" + std::to_string(d) + " = (long long)(" + idx[d] + ") * " +
+             std::to_string(bm.block_shape[d]) + ";");
+      offexpr += " + org" + std::to_string(a) + "_" + std::to_string(d) + " * " + std::to_string(st[d]) + "ll";
+    }
+    E.line("}");
+    E.line(off + " = " + offexpr + ";");
+    RefInfo r;
+    r.dtype = bm.array.dtype;
+    r.base = "(((" + ctype(r.dtype) + "*)p" + std::to_string(a) + ") + " + off + ")";
+    for (size_t d = 0; d < rank; ++d) {
+      if (bm.squeezed[d]) continue;
+      r.shape.push_back(bm.block_shape[d]);
+      r.strides.push_back(st[d]);
+      bool exact = as[d] % bm.block_shape[d] == 0;  // blocks never overhang this dim... only if idx in range
+      (void)exact;
+      r.lim.push_back("(" + std::to_string(as[d]) + "ll - org" + std::to_string(a) + "_" + std::to_string(d) + ")");
+    }
+    E.refs[v.id] = r;
+  };
+  // Declare origins up front so the index-map scope can assign them.
+  for (size_t a = 0; a < nin + nout; ++a) {
+    const core::BlockMapping& bm = a < nin ? gm.inputs[a] : gm.outputs[a - nin];
+    std::string decl = "long long off" + std::to_string(np + a);
+    for (size_t d = 0; d < bm.array.shape.size(); ++d) decl += ", org" + std::to_string(np + a) + "_" + std::to_string(d);
+    E.line(decl + ";");
+  }
+  for (size_t a = 0; a < nin; ++a) block_ref(k.invars[np + a], gm.inputs[a], np + a);
+  for (size_t a = 0; a < nout; ++a) block_ref(k.invars[np + nin + a], gm.outputs[a], np + nin + a);
+  for (size_t s = 0; s < gm.scratch.size(); ++s) {
+    RefInfo r;
+    const ShapeDtype& sd = gm.scratch[s];
+    r.dtype = sd.dtype;
+    r.base = "((" + ctype(sd.dtype) + "*)(smem + " + std::to_string(scratch_off[s]) + "))";
+    r.shape = sd.shape;
+    r.strides.assign(sd.shape.size(), 1);
+    for (int d = static_cast<int>(sd.shape.size()) - 2; d >= 0; --d) r.strides[d] = r.strides[d + 1] * sd.shape[d + 1];
+    r.lim.assign(sd.shape.size(), "");
+    E.refs[k.invars[np + nin + nout + s].id] = r;
+  }
+  // Program ids and grid sizes for the program_id / num_programs rules.
+  for (size_t d = 0; d < gm.grid.size(); ++d) {
+    E.names[-1000 - static_cast<int64_t>(d)] = pid[d];
+    E.names[-2000 - static_cast<int64_t>(d)] = G[d];
+  }
+  E.line("// kernel body");
+  E.emit_eqns(k);
+
+  L.smem_bytes = E.xoff + E.xbytes;
+  L.check_messages = E.check_messages;
+  L.has_check = !E.check_messages.empty();
+  std::ostringstream src;
+  src << prelude() << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
+      << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr;\n"
+      << E.body.str() << "}\n";
+  L.source = src.str();
+  return L;
+}
+
+}  // namespace pallas::cuda

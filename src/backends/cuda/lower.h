@@ -1,0 +1,85 @@
+// IR -> CUDA C++ lowering. One CUDA block runs one grid program with num_warps*32 threads.
+// Layout ("blocked cyclic"): a tile of N elements lives in registers, thread t holding flat
+// (row-major) elements t, t+T, t+2T, ... as `T v[K]`, K = ceil(N/T); consecutive threads hold
+// consecutive elements, so contiguous loads/stores coalesce. Values of one element are
+// replicated scalars. Ops that move data between threads (broadcast, transpose, reductions,
+// dot, cumsum, gathers) exchange through shared memory.
+#pragma once
+#include <functional>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "src/core/pallas_call.h"
+#include "src/ir/primitive.h"
+
+namespace pallas::cuda {
+
+const char* prelude();
+std::string ctype(DType t);      // storage type in generated code
+std::string compute_type(DType t);  // arithmetic type (float for f16/bf16)
+
+struct RefInfo {
+  std::string base;  // expression of type T* pointing at the view's element 0
+  DType dtype = DType::F32;
+  Shape shape;
+  std::vector<int64_t> strides;
+  std::vector<std::string> lim;  // per dim: "" or an expression bounding the coordinate (array edge)
+};
+
+struct Lowered {
+  std::string name;    // kernel symbol
+  std::string source;  // complete CUDA C++ translation unit
+  int threads = 128;
+  size_t smem_bytes = 0;
+  bool has_check = false;
+  std::vector<std::string> check_messages;
+};
+
+class Emitter {
+ public:
+  explicit Emitter(int threads, std::string what) : nt(threads), what(std::move(what)) {}
+  int nt;
+  std::string what;
+  std::ostringstream body;
+  int depth = 1;
+  std::unordered_map<int64_t, std::string> names;
+  std::unordered_map<int64_t, RefInfo> refs;
+  size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
+  size_t xbytes = 0;  // its size: the most any single exchange needs
+  std::vector<std::string> check_messages;
+
+  void line(const std::string& s);
+  std::string fresh(const std::string& prefix = "t");
+  [[noreturn]] void fail(const ir::Eqn& e, const std::string& why) const;
+  // Names and element expressions.
+  std::string name(const ir::Atom& a) const;
+  static bool scalar_like(const ir::Aval& a) { return a.size() == 1; }
+  int64_t per_thread(const Shape& s) const { return (shape_size(s) + nt - 1) / nt; }
+  std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
+  std::string lit(const ir::Literal& l) const;
+  void declare(const ir::Var& v);  // fresh C variable for v
+  // Emits `for each element this thread holds of a tile of shape s` with k (slot) and e (flat
+  // index) in scope; for one-element shapes the body runs once with k = 0, e = 0.
+  void foreach(const Shape& s, const std::function<void()>& f);
+  // Multi-index of flat index `e` in shape s: emits int declarations, returns their names.
+  std::vector<std::string> unravel(const std::string& e, const Shape& s);
+  // Exchange: writes the atom's tile to shared memory at byte offset off (from the exchange
+  // region) and returns the name of a typed pointer to it. Caller syncs.
+  std::string put_shared(const ir::Atom& a, size_t off);
+  size_t reserve(size_t off, const ir::Aval& a);  // returns the next free offset
+  void sync() { line("__syncthreads();"); }
+  // Lowers a jaxpr's equations in the current scope (invars must already be bound).
+  void emit_eqns(const ir::Jaxpr& j);
+  // Binds sub-jaxpr invars to outer atoms (values by name, refs by RefInfo).
+  void bind(const ir::Var& inner, const ir::Atom& outer);
+};
+
+using LowerRule = std::function<void(Emitter&, const ir::Eqn&)>;
+ir::RuleTable<LowerRule>& lowering_rules();
+
+// Whole call -> translation unit.
+Lowered lower(const core::PallasCall& call);
+
+}  // namespace pallas::cuda

@@ -1,0 +1,150 @@
+// The device-side prelude every generated kernel starts with: storage types for 16-bit
+// floats, conversions, and the elementwise helpers whose semantics must match the
+// interpreter (integer div/rem by 0, shifts by >= width, NaN-propagating max/min).
+// Kept small and template-only, so NVRTC parses little and instantiates what is used.
+#include "src/backends/cuda/lower.h"
+
+namespace pallas::cuda {
+
+const char* prelude() {
+  return R"PRELUDE(
+typedef signed char i8; typedef short i16; typedef int i32; typedef long long i64;
+typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32; typedef unsigned long long u64;
+template <class A, class B> constexpr bool same_v = false;
+template <class A> constexpr bool same_v<A, A> = true;
+struct f16 { u16 b; }; struct bf16 { u16 b; };
+template <class T> struct CT { typedef T t; };
+// Whether a compute type is floating (bool is not: C(0.5) != C(0) holds for bool too).
+template <class C> constexpr bool isf_v = same_v<C, float> || same_v<C, double>;
+template <> struct CT<f16> { typedef float t; };
+template <> struct CT<bf16> { typedef float t; };
+__device__ __forceinline__ float tof(f16 x) { float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x.b)); return r; }
+__device__ __forceinline__ float tof(bf16 x) { return __int_as_float(((u32)x.b) << 16); }
+template <class T> __device__ __forceinline__ typename CT<T>::t ld(T x) { return x; }
+template <> __device__ __forceinline__ float ld<f16>(f16 x) { return tof(x); }
+template <> __device__ __forceinline__ float ld<bf16>(bf16 x) { return tof(x); }
+// cv<To>(x): convert a compute value to storage type To (float->int saturates, NaN -> 0).
+template <class T> __device__ __forceinline__ T lim_lo() { return T(-1) < T(0) ? (T)(1ull << (sizeof(T) * 8 - 1)) : T(0); }
+template <class To, class C> __device__ __forceinline__ To cv(C x);
+template <class To, class C> __device__ __forceinline__ To cv(C x) {
+  if constexpr (same_v<To, f16> || same_v<To, bf16>) {
+    return cv<To, float>((float)x);
+  } else if constexpr (isf_v<C> && To(0.5) == To(0) && !same_v<To, bool>) {
+    if (x != x) return To(0);
+    if (x <= (C)lim_lo<To>()) return lim_lo<To>();
+    if (x >= (C)(To)~lim_lo<To>()) return (To)~lim_lo<To>();
+    return (To)x;
+  } else {
+    return (To)x;
+  }
+}
+template <> __device__ __forceinline__ f16 cv<f16, float>(float x) { f16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.b) : "f"(x)); return r; }
+template <> __device__ __forceinline__ bf16 cv<bf16, float>(float x) { bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.b) : "f"(x)); return r; }
+template <> __device__ __forceinline__ f16 cv<f16, double>(double x) { f16 r; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(r.b) : "d"(x)); return r; }
+template <> __device__ __forceinline__ bf16 cv<bf16, double>(double x) { return cv<bf16, float>((float)x); }
+template <class To, class From> __device__ __forceinline__ To conv(From x) {
+  if constexpr (same_v<To, bool>) return ld(x) != 0; else return cv<To>(ld(x));
+}
+template <class T> __device__ __forceinline__ T poison() {
+  if constexpr (same_v<T, float>) return __int_as_float(0x7fc00000);
+  else if constexpr (same_v<T, double>) return __longlong_as_double(0x7ff8000000000000ll);
+  else if constexpr (same_v<T, f16>) return f16{0x7e00};
+  else if constexpr (same_v<T, bf16>) return bf16{0x7fc0};
+  else if constexpr (same_v<T, bool>) return true;
+  else if constexpr (T(-1) < T(0)) return (T)(1ull << (sizeof(T) * 8 - 1));
+  else return (T)~0ull;
+}
+template <class C> struct UT { typedef C t; };
+template <> struct UT<i8> { typedef u8 t; }; template <> struct UT<i16> { typedef u16 t; };
+template <> struct UT<i32> { typedef u32 t; }; template <> struct UT<i64> { typedef u64 t; };
+template <class C> __device__ __forceinline__ bool isflt() { return isf_v<C>; }
+template <class C> __device__ __forceinline__ C p_add(C a, C b) { if constexpr (isf_v<C> || same_v<C, bool>) return a + b; else return (C)((typename UT<C>::t)a + (typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_sub(C a, C b) { if constexpr (isf_v<C>) return a - b; else return (C)((typename UT<C>::t)a - (typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_mul(C a, C b) { if constexpr (isf_v<C> || same_v<C, bool>) return a * b; else return (C)((u64)(typename UT<C>::t)a * (u64)(typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_neg(C a) { if constexpr (isf_v<C>) return -a; else return (C)(0 - (typename UT<C>::t)a); }
+template <class C> __device__ __forceinline__ C p_div(C a, C b) {
+  if constexpr (isf_v<C>) return a / b;
+  else { if (b == 0) return (C)-1; if (C(-1) < C(0) && b == (C)-1) return p_neg(a); return a / b; }
+}
+template <class C> __device__ __forceinline__ C p_rem(C a, C b) {
+  if constexpr (isf_v<C>) { if constexpr (sizeof(C) == 8) return fmod(a, b); else return fmodf(a, b); }
+  else { if (b == 0) return a; if (C(-1) < C(0) && b == (C)-1) return 0; return a % b; }
+}
+template <class C> __device__ __forceinline__ C p_max(C a, C b) {
+  if constexpr (isf_v<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? b : a; return a > b ? a : b; }
+  else return a > b ? a : b;
+}
+template <class C> __device__ __forceinline__ C p_min(C a, C b) {
+  if constexpr (isf_v<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? a : b; return a < b ? a : b; }
+  else return a < b ? a : b;
+}
+template <class C> __device__ __forceinline__ C p_shl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a << b); }
+template <class C> __device__ __forceinline__ C p_shra(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? (a < 0 ? C(-1) : C(0)) : (C)(a >> b); }
+template <class C> __device__ __forceinline__ C p_shrl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a >> b); }
+template <class C> __device__ __forceinline__ C p_sign(C a) {
+  if constexpr (isf_v<C>) return a != a ? a : (a > 0 ? C(1) : a < 0 ? C(-1) : a);
+  else if constexpr (C(-1) < C(0)) return a > 0 ? C(1) : a < 0 ? C(-1) : C(0);
+  else return a > 0 ? C(1) : C(0);
+}
+template <class C> __device__ __forceinline__ C p_abs(C a) { if constexpr (isf_v<C>) return fabs(a); else if constexpr (C(-1) < C(0)) return a < 0 ? p_neg(a) : a; else return a; }
+template <class C> __device__ __forceinline__ C p_ipow(C x, long long y) {
+  if (y < 0) return C(1) / p_ipow(x, -y);
+  C r = C(1); while (y) { if (y & 1) r = p_mul(r, x); x = p_mul(x, x); y >>= 1; } return r;
+}
+template <class C> __device__ __forceinline__ C p_popc(C a) { if constexpr (sizeof(C) == 8) return __popcll((u64)a); else return __popc((u32)(typename UT<C>::t)a); }
+template <class C> __device__ __forceinline__ C p_clz(C a) { if constexpr (sizeof(C) == 8) return __clzll((i64)a); else return __clz((i32)(u32)(typename UT<C>::t)a) - (32 - sizeof(C) * 8); }
+template <class C> __device__ __forceinline__ C p_not(C a) { if constexpr (same_v<C, bool>) return !a; else return ~a; }
+template <class C> __device__ __forceinline__ C p_logistic(C x) { return C(1) / (C(1) + exp(-x)); }
+template <class C> __device__ __forceinline__ C p_round(C x) { return round(x); }
+template <class C> __device__ __forceinline__ C p_rsqrt(C x) { return C(1) / sqrt(x); }
+template <class C> __device__ __forceinline__ bool p_isfinite(C x) { return isfinite(x); }
+template <class C> __device__ __forceinline__ C p_erfinv(C x) { return erfinv(x); }
+__device__ __forceinline__ float tf32(float x) { u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+template <class T> __device__ __forceinline__ u32 ordkey(T v) { return 0; }
+template <class T> __device__ __forceinline__ T atom_apply(int op, T cur, T v) {
+  typedef typename CT<T>::t C;
+  C a = ld(cur), b = ld(v);
+  switch (op) {
+    case 0: return cv<T>(p_add(a, b));
+    case 1: return cv<T>(a > b ? a : b);
+    case 2: return cv<T>(a < b ? a : b);
+    case 6: return v;
+  }
+  if constexpr (!isf_v<C>) {
+    if (op == 3) return (T)(a & b); if (op == 4) return (T)(a | b); if (op == 5) return (T)(a ^ b);
+  }
+  return v;
+}
+// Atomic read-modify-write of any 1/2/4/8-byte type by a CAS loop on the aligned word.
+template <class T> __device__ __forceinline__ T atom_rmw(int op, T* p, T v) {
+  if constexpr (sizeof(T) == 8) {
+    u64* w = (u64*)p; u64 old = *(volatile u64*)w, as;
+    do { as = old; T cur; memcpy(&cur, &as, 8); T nv = atom_apply(op, cur, v); u64 n; memcpy(&n, &nv, 8); old = atomicCAS(w, as, n); } while (old != as);
+    T r; memcpy(&r, &old, 8); return r;
+  } else {
+    u64 a = (u64)p; u32* w = (u32*)(a & ~(u64)3); int sh = (int)(a & 3) * 8;
+    u32 mask = sizeof(T) == 4 ? ~0u : ((1u << (sizeof(T) * 8)) - 1) << sh;
+    u32 old = *(volatile u32*)w, as;
+    do {
+      as = old; u32 bits = (as & mask) >> sh; T cur; memcpy(&cur, &bits, sizeof(T));
+      T nv = atom_apply(op, cur, v); u32 nb = 0; memcpy(&nb, &nv, sizeof(T));
+      old = atomicCAS(w, as, (as & ~mask) | ((nb << sh) & mask));
+    } while (old != as);
+    u32 bits = (old & mask) >> sh; T r; memcpy(&r, &bits, sizeof(T)); return r;
+  }
+}
+template <class T> __device__ __forceinline__ T atom_cas(T* p, T cmp, T v) {
+  if constexpr (sizeof(T) == 8) { u64 c, n; memcpy(&c, &cmp, 8); memcpy(&n, &v, 8); u64 o = atomicCAS((u64*)p, c, n); T r; memcpy(&r, &o, 8); return r; }
+  else if constexpr (sizeof(T) == 4) { u32 c, n; memcpy(&c, &cmp, 4); memcpy(&n, &v, 4); u32 o = atomicCAS((u32*)p, c, n); T r; memcpy(&r, &o, 4); return r; }
+  else {
+    u64 a = (u64)p; u32* w = (u32*)(a & ~(u64)3); int sh = (int)(a & 3) * 8;
+    u32 mask = ((1u << (sizeof(T) * 8)) - 1) << sh; u32 cb = 0, nb = 0; memcpy(&cb, &cmp, sizeof(T)); memcpy(&nb, &v, sizeof(T));
+    u32 old = *(volatile u32*)w, as;
+    do { as = old; if (((as & mask) >> sh) != cb) break; old = atomicCAS(w, as, (as & ~mask) | (nb << sh)); } while (old != as);
+    u32 bits = (old & mask) >> sh; T r; memcpy(&r, &bits, sizeof(T)); return r;
+  }
+}
+)PRELUDE";
+}
+
+}  // namespace pallas::cuda

@@ -1,0 +1,255 @@
+// Lowering rules for refs: load/store/swap/addupdate and atomics. Each thread addresses the
+// elements it holds; an access outside the block view or past the array's edge reads
+// poison (NaN / int min) and drops writes; masked-off lanes are not touched.
+#include "src/backends/cuda/rules.h"
+
+namespace pallas::cuda {
+using ir::IndexDim;
+using ir::PrimId;
+
+namespace {
+
+struct Plan {
+  const ir::Eqn* e;
+  RefInfo ref;
+  Shape out_shape;
+  size_t after_dyn = 0;
+  std::vector<std::string> arr_shared;  // per dim: shared copy of an index array ("" if local/none)
+  int arr_axis0 = 0, arr_rank = 0;
+  Shape arr_shape;
+  std::vector<int> axis;  // per ref dim: output axis for slices
+};
+
+Plan plan(Emitter& E, const ir::Eqn& e, const Shape& out_shape) {
+  Plan p;
+  p.e = &e;
+  const ir::Var& rv = std::get<ir::Var>(e.in[0]);
+  auto it = E.refs.find(rv.id);
+  if (it == E.refs.end()) E.fail(e, "its ref is not known to the lowering");
+  p.ref = it->second;
+  p.out_shape = out_shape;
+  const auto& ix = e.params.get<ir::NDIndexer>("idx");
+  size_t start = static_cast<size_t>(e.params.get_int("idx_start"));
+  int n = 0;
+  for (auto& d : ix.dims)
+    if (d.operand >= 0) n = std::max(n, d.operand + 1);
+  p.after_dyn = start + static_cast<size_t>(n);
+  int first = -1, last = -1;
+  bool adjacent = true;
+  for (size_t d = 0; d < ix.dims.size(); ++d)
+    if (ix.dims[d].kind == IndexDim::Kind::Array) {
+      if (first < 0) {
+        first = static_cast<int>(d);
+        p.arr_shape = ir::atom_aval(e.in[start + static_cast<size_t>(ix.dims[d].operand)]).shape;
+      } else if (last != static_cast<int>(d) - 1) {
+        adjacent = false;
+      }
+      last = static_cast<int>(d);
+    }
+  p.arr_rank = first >= 0 ? static_cast<int>(p.arr_shape.size()) : 0;
+  int axis = 0;
+  bool placed = first >= 0 && !adjacent;
+  if (placed) axis = p.arr_rank;
+  p.axis.assign(ix.dims.size(), -1);
+  p.arr_shared.assign(ix.dims.size(), "");
+  size_t xo = 0;
+  for (size_t d = 0; d < ix.dims.size(); ++d) {
+    const IndexDim& x = ix.dims[d];
+    if (x.kind == IndexDim::Kind::Slice || x.kind == IndexDim::Kind::DynSlice) p.axis[d] = axis++;
+    if (x.kind == IndexDim::Kind::Array) {
+      if (!placed) {
+        p.arr_axis0 = axis;
+        axis += p.arr_rank;
+        placed = true;
+      }
+      const ir::Atom& a = e.in[start + static_cast<size_t>(x.operand)];
+      ir::Aval av = ir::atom_aval(a);
+      if (!Emitter::scalar_like(av) && av.shape != out_shape) {
+        size_t next = E.reserve(xo, av);
+        p.arr_shared[d] = E.put_shared(a, xo);
+        xo = next;
+      }
+    }
+  }
+  if (xo) E.sync();
+  return p;
+}
+
+// Inside foreach(out_shape): declares ok flag and returns the element's lvalue expression.
+std::string address(Emitter& E, const Plan& p, std::string* ok) {
+  const ir::Eqn& e = *p.e;
+  const auto& ix = e.params.get<ir::NDIndexer>("idx");
+  size_t start = static_cast<size_t>(e.params.get_int("idx_start"));
+  auto oi = E.unravel("e", p.out_shape);
+  std::string arr_flat;
+  if (p.arr_rank) {
+    arr_flat = "0";
+    int64_t s = 1;
+    for (int k = p.arr_rank - 1; k >= 0; --k) {
+      arr_flat += " + " + oi[static_cast<size_t>(p.arr_axis0 + k)] + " * " + std::to_string(s);
+      s *= p.arr_shape[static_cast<size_t>(k)];
+    }
+  }
+  std::string cond = "true", off = "0ll";
+  for (size_t d = 0; d < p.ref.shape.size(); ++d) {
+    std::string c;
+    bool static_ok = false;
+    const IndexDim* x = d < ix.dims.size() ? &ix.dims[d] : nullptr;
+    if (!x) {
+      c = "0";
+    } else {
+      std::string dyn = x->operand >= 0 ? E.name(e.in[start + static_cast<size_t>(x->operand)]) : "";
+      switch (x->kind) {
+        case IndexDim::Kind::Slice:
+          c = "(" + std::to_string(x->start) + "ll + " + std::to_string(x->stride) + "ll * " + oi[static_cast<size_t>(p.axis[d])] + ")";
+          static_ok = x->start >= 0 && x->start + (x->size - 1) * x->stride < p.ref.shape[d] && x->stride > 0;
+          break;
+        case IndexDim::Kind::DynSlice:
+          c = "((long long)" + dyn + " + " + std::to_string(x->stride) + "ll * " + oi[static_cast<size_t>(p.axis[d])] + ")";
+          break;
+        case IndexDim::Kind::Index:
+          c = std::to_string(x->start) + "ll";
+          static_ok = x->start >= 0 && x->start < p.ref.shape[d];
+          break;
+        case IndexDim::Kind::DynIndex: c = "((long long)" + dyn + ")"; break;
+        case IndexDim::Kind::Array: {
+          const ir::Atom& a = e.in[start + static_cast<size_t>(x->operand)];
+          if (Emitter::scalar_like(ir::atom_aval(a))) c = "((long long)" + E.name(a) + ")";
+          else if (p.arr_shared[d].empty()) c = "((long long)" + E.elem(a, "k") + ")";
+          else c = "((long long)" + p.arr_shared[d] + "[" + arr_flat + "])";
+          break;
+        }
+      }
+    }
+    std::string cn = E.fresh("c");
+    E.line("const long long " + cn + " = " + c + ";");
+    if (!static_ok) cond += " && " + cn + " >= 0 && " + cn + " < " + std::to_string(p.ref.shape[d]);
+    if (!p.ref.lim[d].empty()) cond += " && " + cn + " < " + p.ref.lim[d];
+    off += " + " + cn + " * " + std::to_string(p.ref.strides[d]) + "ll";
+  }
+  *ok = E.fresh("ok");
+  E.line("const bool " + *ok + " = " + cond + ";");
+  return p.ref.base + "[" + off + "]";
+}
+
+void load(Emitter& E, const ir::Eqn& e) {
+  const ir::Var& o = e.out[0];
+  Plan p = plan(E, e, o.aval.shape);
+  size_t k = p.after_dyn;
+  const ir::Atom* mask = e.params.get_bool("has_mask") ? &e.in[k++] : nullptr;
+  const ir::Atom* other = e.params.get_bool("has_other") ? &e.in[k++] : nullptr;
+  std::string T = ctype(o.aval.dtype);
+  E.declare(o);
+  E.foreach(o.aval.shape, [&] {
+    std::string ok;
+    std::string addr = address(E, p, &ok);
+    std::string v = "(" + ok + " ? " + addr + " : poison<" + T + ">())";
+    if (mask) v = "(" + E.elem(*mask, "k") + " ? " + v + " : " + (other ? E.elem(*other, "k") : "poison<" + T + ">()") + ")";
+    E.line(E.elem(o, "k") + " = " + v + ";");
+  });
+}
+
+void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
+  const ir::Atom& val = e.in[1];
+  ir::Aval va = ir::atom_aval(val);
+  Shape shape = returns_old ? e.out[0].aval.shape : va.shape;
+  Plan p = plan(E, e, shape);
+  const ir::Atom* mask = e.params.get_bool("has_mask") ? &e.in[p.after_dyn] : nullptr;
+  std::string T = ctype(p.ref.dtype);
+  if (returns_old) E.declare(e.out[0]);
+  bool single = shape_size(shape) == 1;
+  if (returns_old) {
+    E.foreach(shape, [&] {
+      std::string ok;
+      std::string addr = address(E, p, &ok);
+      E.line(E.elem(e.out[0], "k") + " = " + ok + (mask ? " && " + E.elem(*mask, "k") : "") + " ? " + addr + " : poison<" + T + ">();");
+    });
+    E.sync();
+  }
+  E.foreach(shape, [&] {
+    std::string ok;
+    std::string addr = address(E, p, &ok);
+    std::string go = ok + (mask ? " && " + E.elem(*mask, "k") : "") + (single ? " && threadIdx.x == 0" : "");
+    E.line("if (" + go + ") " + addr + " = " + E.elem(val, "k") + ";");
+  });
+  E.sync();
+}
+
+void addupdate(Emitter& E, const ir::Eqn& e) {
+  const ir::Atom& val = e.in[1];
+  Shape shape = ir::atom_aval(val).shape;
+  Plan p = plan(E, e, shape);
+  std::string T = ctype(p.ref.dtype), C = compute_type(p.ref.dtype);
+  bool single = shape_size(shape) == 1;
+  E.foreach(shape, [&] {
+    std::string ok;
+    std::string addr = address(E, p, &ok);
+    E.line("if (" + ok + (single ? " && threadIdx.x == 0" : "") + ") " + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
+  });
+  E.sync();
+}
+
+int opcode(const std::string& op) {
+  if (op == "add") return 0;
+  if (op == "max") return 1;
+  if (op == "min") return 2;
+  if (op == "and") return 3;
+  if (op == "or") return 4;
+  if (op == "xor") return 5;
+  return 6;  // xchg
+}
+
+void atomic(Emitter& E, const ir::Eqn& e) {
+  bool cas = e.prim->id == PrimId::atomic_cas;
+  const ir::Var& o = e.out[0];
+  Plan p = plan(E, e, o.aval.shape);
+  const ir::Atom* mask = !cas && e.params.get_bool("has_mask") ? &e.in[p.after_dyn] : nullptr;
+  std::string T = ctype(p.ref.dtype);
+  DType t = p.ref.dtype;
+  std::string op = cas ? "" : e.params.get<std::string>("op");
+  if ((op == "and" || op == "or" || op == "xor") && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
+  bool single = Emitter::scalar_like(o.aval);
+  E.declare(o);
+  E.foreach(o.aval.shape, [&] {
+    std::string ok;
+    std::string addr = address(E, p, &ok);
+    std::string go = ok + (mask ? " && " + E.elem(*mask, "k") : "");
+    if (single) {
+      // One element: thread 0 does it and shares the old value.
+      std::string xs = E.fresh("xs");
+      E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+      E.reserve(0, ir::Aval::array({2}, DType::F64));
+      E.line("if (threadIdx.x == 0) " + xs + "[0] = poison<" + T + ">();");
+      go += " && threadIdx.x == 0";
+      if (cas)
+        E.line("if (" + go + ") " + xs + "[0] = atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ");");
+      else
+        E.line("if (" + go + ") " + xs + "[0] = atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ");");
+      E.sync();
+      E.line(E.name(o) + " = " + xs + "[0];");
+      E.sync();
+      return;
+    }
+    E.line(E.elem(o, "k") + " = poison<" + T + ">();");
+    std::string call;
+    if (cas) call = "atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ")";
+    else if (op == "add" && (t == DType::F32 || t == DType::I32 || t == DType::U32 || t == DType::F64 || t == DType::U64))
+      call = "atomicAdd(&" + addr + ", " + E.elem(e.in[1], "k") + ")";
+    else call = "atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
+    E.line("if (" + go + ") " + E.elem(o, "k") + " = " + call + ";");
+  });
+  E.sync();
+}
+
+}  // namespace
+
+void register_memory_rules(ir::RuleTable<LowerRule>& t) {
+  t.set(PrimId::load, load);
+  t.set(PrimId::store, [](Emitter& E, const ir::Eqn& e) { store_like(E, e, false); });
+  t.set(PrimId::swap, [](Emitter& E, const ir::Eqn& e) { store_like(E, e, true); });
+  t.set(PrimId::addupdate, addupdate);
+  t.set(PrimId::atomic_rmw, atomic);
+  t.set(PrimId::atomic_cas, atomic);
+}
+
+}  // namespace pallas::cuda

@@ -1,0 +1,238 @@
+// Lowering rules that move data between threads: iota, broadcast, reshape, transpose,
+// reductions, cumsum, argmax/argmin and dot. Data crosses threads through the shared
+// memory exchange region; reshape/squeeze keep the row-major order and so are free.
+#include "src/backends/cuda/rules.h"
+
+namespace pallas::cuda {
+using ir::PrimId;
+
+namespace {
+
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+  return st;
+}
+
+std::string init_value(PrimId id, DType t) {
+  std::string T = compute_type(t);
+  if (id == PrimId::reduce_sum) return "(" + T + ")0";
+  if (id == PrimId::reduce_prod) return "(" + T + ")1";
+  bool mx = id == PrimId::reduce_max;
+  if (is_float(t)) return std::string(mx ? "-" : "") + "(" + T + ")__longlong_as_double(0x7ff0000000000000ll)";
+  if (t == DType::Bool) return mx ? "false" : "true";
+  return mx ? "lim_lo<" + T + ">()" : "(" + T + ")~lim_lo<" + T + ">()";
+}
+std::string combine(PrimId id, const std::string& T, const std::string& a, const std::string& b) {
+  switch (id) {
+    case PrimId::reduce_sum: return "p_add<" + T + ">(" + a + ", " + b + ")";
+    case PrimId::reduce_prod: return "p_mul<" + T + ">(" + a + ", " + b + ")";
+    case PrimId::reduce_max: return "p_max<" + T + ">(" + a + ", " + b + ")";
+    default: return "p_min<" + T + ">(" + a + ", " + b + ")";
+  }
+}
+
+void reduce(Emitter& E, const ir::Eqn& e) {
+  PrimId id = e.prim->id;
+  const ir::Var& o = e.out[0];
+  ir::Aval in = ir::atom_aval(e.in[0]);
+  DType t = in.dtype;
+  std::string T = compute_type(t);
+  E.declare(o);
+  if (Emitter::scalar_like(in)) {
+    E.line(E.name(o) + " = " + E.name(e.in[0]) + ";");
+    return;
+  }
+  if (Emitter::scalar_like(o.aval)) {
+    // Whole-tile reduction: per-thread partial, then partials through shared memory.
+    std::string acc = E.fresh("acc");
+    E.line(T + " " + acc + " = " + init_value(id, t) + ";");
+    E.foreach(in.shape, [&] { E.line(acc + " = " + combine(id, T, acc, "ld(" + E.elem(e.in[0], "k") + ")") + ";"); });
+    // Warp shuffles (4/8-byte compute types), then one partial per warp through shared memory.
+    bool shfl = T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64";
+    int parts = shfl ? E.nt / 32 : E.nt;
+    if (shfl)
+      E.line("for (int o_ = 16; o_ > 0; o_ >>= 1) " + acc + " = " + combine(id, T, acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o_)") + ";");
+    E.reserve(0, ir::Aval::array({E.nt}, DType::F64));
+    std::string p = E.fresh("xs");
+    E.line(T + "* " + p + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+    if (shfl) E.line("if ((threadIdx.x & 31) == 0) " + p + "[threadIdx.x >> 5] = " + acc + ";");
+    else E.line(p + "[threadIdx.x] = " + acc + ";");
+    E.sync();
+    E.line(acc + " = " + p + "[0];");
+    E.line("for (int j = 1; j < " + std::to_string(parts) + "; ++j) " + acc + " = " + combine(id, T, acc, p + "[j]") + ";");
+    E.sync();
+    E.line(E.name(o) + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
+    return;
+  }
+  auto axes = e.params.get<std::vector<int64_t>>("axes");
+  std::vector<bool> red(in.shape.size(), false);
+  for (auto a : axes) red[static_cast<size_t>(a < 0 ? a + in.ndim() : a)] = true;
+  E.reserve(0, in);
+  std::string xs = E.put_shared(e.in[0], 0);
+  E.sync();
+  auto st = strides_of(in.shape);
+  Shape kept, rs;
+  std::vector<int64_t> kst, rst;
+  for (size_t d = 0; d < in.shape.size(); ++d) (red[d] ? rs : kept).push_back(in.shape[d]), (red[d] ? rst : kst).push_back(st[d]);
+  E.foreach(o.aval.shape, [&] {
+    auto oi = E.unravel("e", kept);
+    std::string base = "0";
+    for (size_t d = 0; d < kept.size(); ++d) base += " + " + oi[d] + " * " + std::to_string(kst[d]);
+    std::string acc = E.fresh("acc");
+    E.line(T + " " + acc + " = " + init_value(id, t) + ";");
+    E.line("for (int r = 0; r < " + std::to_string(shape_size(rs)) + "; ++r) {");
+    ++E.depth;
+    auto ri = E.unravel("r", rs);
+    std::string off = base;
+    for (size_t d = 0; d < rs.size(); ++d) off += " + " + ri[d] + " * " + std::to_string(rst[d]);
+    E.line(acc + " = " + combine(id, T, acc, "ld(" + xs + "[" + off + "])") + ";");
+    --E.depth;
+    E.line("}");
+    E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
+  });
+  E.sync();
+}
+
+// Gathers out[e] = in[src(e)] through shared memory; src computes from out's multi-index.
+void gather(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::vector<std::string>&)>& src) {
+  const ir::Var& o = e.out[0];
+  E.declare(o);
+  E.reserve(0, ir::atom_aval(e.in[0]));
+  std::string xs = E.put_shared(e.in[0], 0);
+  E.sync();
+  E.foreach(o.aval.shape, [&] {
+    auto oi = E.unravel("e", o.aval.shape);
+    E.line(E.elem(o, "k") + " = " + xs + "[" + src(oi) + "];");
+  });
+  E.sync();
+}
+
+}  // namespace
+
+void register_shape_rules(ir::RuleTable<LowerRule>& t) {
+  t.set(PrimId::iota, [](Emitter& E, const ir::Eqn& e) {
+    const ir::Var& o = e.out[0];
+    int dim = static_cast<int>(e.params.get_int("dimension"));
+    E.declare(o);
+    E.foreach(o.aval.shape, [&] {
+      auto oi = E.unravel("e", o.aval.shape);
+      E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ", long long>((long long)(" +
+             (oi.empty() ? std::string("0") : oi[static_cast<size_t>(dim)]) + "));");
+    });
+  });
+  t.set(PrimId::broadcast_in_dim, [](Emitter& E, const ir::Eqn& e) {
+    ir::Aval in = ir::atom_aval(e.in[0]);
+    const ir::Var& o = e.out[0];
+    if (Emitter::scalar_like(in)) {
+      if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
+      E.declare(o);
+      E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
+      return;
+    }
+    auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
+    auto st = strides_of(in.shape);
+    gather(E, e, [&](const std::vector<std::string>& oi) {
+      std::string s = "0";
+      for (size_t j = 0; j < in.shape.size(); ++j)
+        if (in.shape[j] != 1) s += " + " + oi[static_cast<size_t>(bd[j])] + " * " + std::to_string(st[j]);
+      return s;
+    });
+  });
+  auto same_order = [](Emitter& E, const ir::Eqn& e) { E.names[e.out[0].id] = E.name(e.in[0]); };
+  t.set(PrimId::reshape, same_order);
+  t.set(PrimId::squeeze, same_order);
+  t.set(PrimId::transpose, [](Emitter& E, const ir::Eqn& e) {
+    ir::Aval in = ir::atom_aval(e.in[0]);
+    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    auto perm = e.params.get<std::vector<int64_t>>("permutation");
+    auto st = strides_of(in.shape);
+    gather(E, e, [&](const std::vector<std::string>& oi) {
+      std::string s = "0";
+      for (size_t d = 0; d < perm.size(); ++d) s += " + " + oi[d] + " * " + std::to_string(st[static_cast<size_t>(perm[d])]);
+      return s;
+    });
+  });
+  for (PrimId id : {PrimId::reduce_sum, PrimId::reduce_max, PrimId::reduce_min, PrimId::reduce_prod}) t.set(id, reduce);
+  auto arg = [](Emitter& E, const ir::Eqn& e) {
+    bool mx = e.prim->id == PrimId::argmax;
+    ir::Aval in = ir::atom_aval(e.in[0]);
+    const ir::Var& o = e.out[0];
+    int ax = static_cast<int>(e.params.get_int("axis"));
+    if (ax < 0) ax += in.ndim();
+    std::string T = compute_type(in.dtype);
+    auto st = strides_of(in.shape);
+    Shape kept;
+    std::vector<int64_t> kst;
+    for (int d = 0; d < in.ndim(); ++d)
+      if (d != ax) kept.push_back(in.shape[static_cast<size_t>(d)]), kst.push_back(st[static_cast<size_t>(d)]);
+    E.declare(o);
+    E.reserve(0, in);
+    std::string xs = E.put_shared(e.in[0], 0);
+    E.sync();
+    E.foreach(o.aval.shape, [&] {
+      auto oi = E.unravel("e", kept);
+      std::string base = "0";
+      for (size_t d = 0; d < kept.size(); ++d) base += " + " + oi[d] + " * " + std::to_string(kst[d]);
+      E.line("{ int bi = 0; " + T + " bv = ld(" + xs + "[" + base + "]);");
+      E.line("  for (int r = 1; r < " + std::to_string(in.shape[static_cast<size_t>(ax)]) + "; ++r) { " + T + " v = ld(" + xs + "[" +
+             base + " + r * " + std::to_string(st[static_cast<size_t>(ax)]) + "]);");
+      E.line(std::string("    if (bv != bv) break; if (v != v || v ") + (mx ? ">" : "<") + " bv) { bv = v; bi = r; } }");
+      E.line("  " + E.elem(o, "k") + " = (" + ctype(o.aval.dtype) + ")bi; }");
+    });
+    E.sync();
+  };
+  t.set(PrimId::argmax, arg);
+  t.set(PrimId::argmin, arg);
+  t.set(PrimId::cumsum, [](Emitter& E, const ir::Eqn& e) {
+    ir::Aval in = ir::atom_aval(e.in[0]);
+    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    int ax = static_cast<int>(e.params.get_int("axis"));
+    if (ax < 0) ax += in.ndim();
+    std::string T = compute_type(in.dtype);
+    auto st = strides_of(in.shape);
+    const ir::Var& o = e.out[0];
+    E.declare(o);
+    E.reserve(0, in);
+    std::string xs = E.put_shared(e.in[0], 0);
+    E.sync();
+    E.foreach(o.aval.shape, [&] {
+      auto oi = E.unravel("e", in.shape);
+      std::string s = std::to_string(st[static_cast<size_t>(ax)]);
+      E.line("{ " + T + " acc = 0; for (int r = 0; r <= " + oi[static_cast<size_t>(ax)] + "; ++r) acc = p_add<" + T + ">(acc, ld(" + xs +
+             "[e - (" + oi[static_cast<size_t>(ax)] + " - r) * " + s + "]));");
+      E.line("  " + E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(acc); }");
+    });
+    E.sync();
+  });
+  // dot: operands through shared memory; each thread computes the outputs it holds.
+  // (SIMT: the tensor-core path is not built yet, see docs/design.md.)
+  t.set(PrimId::dot, [](Emitter& E, const ir::Eqn& e) {
+    ir::Aval a = ir::atom_aval(e.in[0]), b = ir::atom_aval(e.in[1]);
+    const ir::Var& o = e.out[0];
+    bool ta = e.params.get_bool("trans_a"), tb = e.params.get_bool("trans_b");
+    int64_t K = ta ? a.shape[0] : a.shape[1];
+    int64_t N = o.aval.shape[1];
+    int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
+    DType t = a.dtype;
+    std::string acc_t = t == DType::F64 ? "double" : is_float(t) ? "float" : (itemsize(t) <= 4 ? "i32" : "i64");
+    bool tf32 = t == DType::F32 && prec != 2;
+    E.declare(o);
+    size_t off = E.reserve(0, a);
+    E.reserve(off, b);
+    std::string xa = E.put_shared(e.in[0], 0), xb = E.put_shared(e.in[1], off);
+    E.sync();
+    std::string as_ = ta ? "kk * " + std::to_string(a.shape[1]) + " + i" : "i * " + std::to_string(K) + " + kk";
+    std::string bs_ = tb ? "j * " + std::to_string(K) + " + kk" : "kk * " + std::to_string(N) + " + j";
+    E.foreach(o.aval.shape, [&] {
+      E.line("{ const int i = e / " + std::to_string(N) + ", j = e % " + std::to_string(N) + "; " + acc_t + " acc = 0;");
+      std::string va = "(" + acc_t + ")ld(" + xa + "[" + as_ + "])", vb = "(" + acc_t + ")ld(" + xb + "[" + bs_ + "])";
+      if (tf32) va = "tf32(" + va + ")", vb = "tf32(" + vb + ")";
+      E.line("  for (int kk = 0; kk < " + std::to_string(K) + "; ++kk) acc = p_add<" + acc_t + ">(acc, p_mul<" + acc_t + ">(" + va + ", " + vb + "));");
+      E.line("  " + E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(acc); }");
+    });
+    E.sync();
+  });
+}
+
+}  // namespace pallas::cuda

@@ -1,0 +1,247 @@
+// The CUDA backend's lowering: every kernel here is lowered and compiled by NVRTC to an
+// sm_90a cubin (no GPU needed). Where a GPU is present the kernel also runs on it and is
+// compared with the interpreter on the same random inputs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include <pallas/pallas.h>
+
+#include "src/core/pallas_call.h"
+#ifdef PALLAS_TEST_HAVE_CUDA
+#include "src/backends/cuda/compile.h"
+#endif
+
+namespace pl = pallas;
+
+namespace {
+
+using Factory = std::function<pl::Call(pl::Backend)>;
+
+double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    double d = a[i] - b[i];
+    num += d * d;
+    den += b[i] * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// Compiles for sm_90a; on a GPU also runs and compares against the interpreter.
+void check(const Factory& make, const std::vector<pl::Array>& args, double tol = 1e-5) {
+  pl::Call gpu = make(pl::Backend::Auto);
+  std::vector<pl::ShapeDtype> shapes;
+  for (auto& a : args) shapes.push_back(a.shape_dtype());
+  gpu.trace(shapes);
+#ifdef PALLAS_TEST_HAVE_CUDA
+  auto t0 = std::chrono::steady_clock::now();
+  auto c = pl::cuda::compile_call(gpu.state()->get_traced(), "sm_90a");
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(c->cubin.empty());
+  ::testing::Test::RecordProperty("compile_ms", std::to_string(ms));
+#endif
+  if (!pl::cuda_available()) return;
+  auto want = make(pl::Backend::Interpret)(args);
+  auto got = gpu(args);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    ASSERT_FALSE(got[k].device().is_host()) << "the output should stay on the GPU";
+    auto w = want[k].to_vector<double>(), g = got[k].to_vector<double>();
+    EXPECT_LE(rel_err(g, w), tol) << "output " << k;
+  }
+}
+
+pl::BlockSpec row(int64_t b) { return pl::BlockSpec({b}, [](pl::Value i) { return pl::idx(i); }); }
+
+}  // namespace
+
+TEST(CudaLowering, VectorAddWithEdgeBlock) {
+  int64_t n = 1000;  // the last block overhangs
+  auto x = pl::random::normal({n}, pl::f32, 1), y = pl::random::normal({n}, pl::f32, 2);
+  check([&](pl::Backend b) {
+    return pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; },
+                           pl::ShapeDtype({n}, pl::f32),
+                           {.grid = {8}, .in_specs = {row(128), row(128)}, .out_specs = {row(128)}, .name = "add", .backend = b});
+  }, {x, y});
+}
+
+TEST(CudaLowering, UnaryOps) {
+  auto x = pl::random::uniform({256}, pl::f32, 3);
+  using F = pl::Value (*)(const pl::Value&);
+  std::vector<F> ops = {pl::neg, pl::abs, pl::sign, pl::ceil, pl::floor, pl::round, pl::exp, pl::exp2, pl::expm1,
+                        pl::log, pl::log1p, pl::sqrt, pl::cbrt, pl::rsqrt, pl::sin, pl::cos, pl::tan, pl::asin,
+                        pl::acos, pl::atan, pl::sinh, pl::cosh, pl::tanh, pl::asinh, pl::atanh, pl::logistic,
+                        pl::erf, pl::erf_inv};
+  for (F op : ops)
+    check([&](pl::Backend b) {
+      return pl::pallas_call([op](pl::Ref x, pl::Ref o) { o[pl::all] = op(x[pl::all]); }, pl::ShapeDtype({256}, pl::f32),
+                             {.backend = b});
+    }, {x}, 1e-5);
+}
+
+TEST(CudaLowering, IntegerOpsAndSemantics) {
+  std::vector<int32_t> a(256), d(256);
+  for (int i = 0; i < 256; ++i) a[i] = i * 7919 - 900000, d[i] = (i % 5) - 2;  // includes division by zero
+  auto A = pl::Array::from_vector(a, {256}), D = pl::Array::from_vector(d, {256});
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref y, pl::Ref o) {
+          pl::Value u = x[pl::all], v = y[pl::all];
+          o[pl::all] = u / v + u % v + (u << (v + 30)) + (u >> v) + (u & v) + (u | 3) + pl::population_count(u) + pl::clz(u) +
+                       pl::maximum(u, v) * pl::minimum(u, v) + pl::where(u > v, u, v) + pl::integer_pow(v, 3);
+        },
+        pl::ShapeDtype({256}, pl::i32), {.backend = b});
+  }, {A, D}, 0);
+}
+
+TEST(CudaLowering, Bf16AndConversions) {
+  auto x = pl::random::normal({512}, pl::f32, 4);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o, pl::Ref p) {
+          pl::Value v = x[pl::all].astype(pl::bf16);
+          o[pl::all] = (v * v + v).astype(pl::f32);
+          p[pl::all] = (x[pl::all] * 1000.f).astype(pl::i32).astype(pl::f16).astype(pl::f32);
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({512}, pl::f32), pl::ShapeDtype({512}, pl::f32)}, {.backend = b});
+  }, {x}, 1e-2);
+}
+
+TEST(CudaLowering, SoftmaxRows) {
+  auto x = pl::random::normal({64, 256}, pl::f32, 5);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          pl::Value v = x[pl::all];
+          pl::Value m = pl::max(v, {1}, true);
+          pl::Value e = pl::exp(v - m);
+          o[pl::all] = e / pl::sum(e, {1}, true);
+        },
+        pl::ShapeDtype({64, 256}, pl::f32),
+        {.grid = {16},
+         .in_specs = {pl::BlockSpec({4, 256}, [](pl::Value i) { return pl::idx(i, 0); })},
+         .out_specs = {pl::BlockSpec({4, 256}, [](pl::Value i) { return pl::idx(i, 0); })},
+         .backend = b});
+  }, {x});
+}
+
+TEST(CudaLowering, FullReductionAndArgmaxCumsum) {
+  auto x = pl::random::normal({32, 16}, pl::f32, 6);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref s, pl::Ref a, pl::Ref c) {
+          pl::Value v = x[pl::all];
+          s[pl::all] = pl::broadcast_to(pl::sum(v), {1});
+          a[pl::all] = pl::argmax(v, 1);
+          c[pl::all] = pl::cumsum(v, 0) + pl::transpose(pl::transpose(v));
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({1}, pl::f32), pl::ShapeDtype({32}, pl::i32), pl::ShapeDtype({32, 16}, pl::f32)},
+        {.backend = b});
+  }, {x}, 1e-5);
+}
+
+TEST(CudaLowering, MatmulLoopOverK) {
+  int64_t M = 64, N = 64, K = 128;
+  auto a = pl::random::normal({M, K}, pl::bf16, 7), bb = pl::random::normal({K, N}, pl::bf16, 8);
+  check([&](pl::Backend be) {
+    return pl::pallas_call(
+        [K](pl::Ref a, pl::Ref b, pl::Ref o) {
+          pl::Value acc = pl::fori_loop(0, int(K / 32), pl::Value(pl::zeros({32, 32}, pl::f32)), [&](pl::Value k, pl::Value acc) {
+            return acc + pl::dot(a(pl::all, pl::ds(k * 32, 32)), b(pl::ds(k * 32, 32), pl::all));
+          });
+          o[pl::all] = acc;
+        },
+        pl::ShapeDtype({M, N}, pl::f32),
+        {.grid = {2, 2},
+         .in_specs = {pl::BlockSpec({32, K}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                      pl::BlockSpec({K, 32}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+         .out_specs = {pl::BlockSpec({32, 32}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+         .name = "matmul",
+         .backend = be});
+  }, {a, bb}, 1e-4);
+}
+
+TEST(CudaLowering, MaskedLoadStoreAtomicsAndControl) {
+  auto x = pl::random::normal({100}, pl::f32, 9);
+  auto acc0 = pl::Array::from_vector(std::vector<float>{0.5f}, {1});
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref, pl::Ref o, pl::Ref s) {
+          pl::Value i = pl::program_id(0);
+          pl::Value idx = pl::arange(64) + i * 64;
+          pl::Value m = idx < 100;
+          pl::Value v = pl::load(x, {pl::ds(i * 64, 64)}, {.mask = m, .other = 0.f});
+          pl::store(o, {pl::ds(i * 64, 64)}, v * 2.f, {.mask = m});
+          pl::Value t = pl::cond(i == 0, [&] { return pl::sum(v); }, [&] { return pl::sum(v) * 0.f; });
+          pl::Value w = pl::while_loop(pl::Value(t), [](pl::Value c) { return c > 1000.f; }, [](pl::Value c) { return c - 1.f; });
+          pl::atomic_add(s, {0}, w);
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({100}, pl::f32), pl::ShapeDtype({1}, pl::f32)},
+        {.grid = {2},
+         .in_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); }), pl::BlockSpec({1}, [](pl::Value) { return pl::idx(0); })},
+         .out_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); }), pl::BlockSpec({1}, [](pl::Value) { return pl::idx(0); })},
+         .input_output_aliases = {{1, 1}},
+         .backend = b});
+  }, {x, acc0}, 1e-5);
+}
+
+TEST(CudaLowering, ScratchPrefetchAndHighRankGrid) {
+  auto x = pl::random::normal({2, 3, 4, 5, 32}, pl::f32, 10);
+  std::vector<int32_t> perm = {1, 0};
+  auto P = pl::Array::from_vector(perm, {2});
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref p, pl::Ref x, pl::Ref o, pl::Ref scratch) {
+          scratch[pl::all] = x[pl::all] * 3.f;
+          o[pl::all] = scratch[pl::all] + pl::program_id(3).astype(pl::f32);
+        },
+        pl::ShapeDtype({2, 3, 4, 5, 32}, pl::f32),
+        {.grid = {2, 3, 4, 5},
+         .in_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, pl::squeezed, pl::squeezed, 32},
+                                    [](pl::Value a, pl::Value b2, pl::Value c, pl::Value d, pl::Value p) {
+                                      return pl::idx(pl::Ref(p)[a], b2, c, d, 0);
+                                    })},
+         .out_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, pl::squeezed, pl::squeezed, 32},
+                                     [](pl::Value a, pl::Value b2, pl::Value c, pl::Value d, pl::Value) { return pl::idx(a, b2, c, d, 0); })},
+         .scratch_shapes = {pl::ShapeDtype({32}, pl::f32)},
+         .num_scalar_prefetch = 1,
+         .backend = b});
+  }, {P, x});
+}
+
+#ifdef PALLAS_TEST_HAVE_CUDA
+#include "src/backends/cuda/lower.h"
+#include "src/ir/primitive.h"
+
+TEST(CudaLowering, EveryPrimitiveHasARule) {
+  for (const pallas::ir::Primitive* p : pallas::ir::all_primitives())
+    EXPECT_TRUE(pallas::cuda::lowering_rules().has(p->id)) << "no CUDA lowering rule for " << p->name;
+}
+
+TEST(CudaLowering, SmallKernelCompilesFast) {
+  setenv("PALLAS_NO_DISK_CACHE", "1", 1);
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.f + 1.f; }, pl::ShapeDtype({4096}, pl::f32),
+                           {.grid = {4}, .in_specs = {row(1024)}, .out_specs = {row(1024)}, .name = "fast_compile"});
+  k.trace({pl::ShapeDtype({4096}, pl::f32)});
+  auto c = pl::cuda::compile_call(k.state()->get_traced(), "sm_90a");
+  unsetenv("PALLAS_NO_DISK_CACHE");
+  std::printf("NVRTC compile of a small kernel: %.1f ms, %zu bytes of source\n", c->compile_ms, c->lowered.source.size());
+  EXPECT_LT(c->compile_ms, 250.0);  // loaded CI machines; ~30-40 ms when idle
+}
+
+TEST(CudaLowering, CacheHitsInMemory) {
+  auto make = [] {
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] - 3.f; }, pl::ShapeDtype({256}, pl::f32), {.name = "cached"});
+  };
+  auto a = make(), b = make();
+  a.trace({pl::ShapeDtype({256}, pl::f32)});
+  b.trace({pl::ShapeDtype({256}, pl::f32)});
+  auto ca = pl::cuda::compile_call(a.state()->get_traced(), "sm_90a");
+  auto cb = pl::cuda::compile_call(b.state()->get_traced(), "sm_90a");
+  EXPECT_EQ(ca.get(), cb.get());
+}
+#endif
