@@ -245,3 +245,19 @@ TEST(CudaLowering, CacheHitsInMemory) {
   EXPECT_EQ(ca.get(), cb.get());
 }
 #endif
+
+// Regressions found by compiling the op suites of the tests branch for sm_90a: iota into a
+// 16-bit float, a negative iota dimension, and generated names that shadowed the prelude's
+// type names (i8/i16/i32/i64).
+TEST(CudaLowering, IotaF16NegativeDimAndManyIndices) {
+  auto x = pl::random::normal({2, 5, 7}, pl::f32, 11);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          pl::Value v = x[pl::all];
+          for (int r = 0; r < 12; ++r) v = pl::transpose(pl::transpose(v, {2, 1, 0}), {2, 1, 0}) + pl::iota(pl::f16, {2, 5, 7}, -1).astype(pl::f32);
+          o[pl::all] = v;
+        },
+        pl::ShapeDtype({2, 5, 7}, pl::f32), {.backend = b});
+  }, {x});
+}

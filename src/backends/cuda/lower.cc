@@ -107,7 +107,7 @@ std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) 
   std::vector<std::string> r(s.size());
   int64_t st = 1;
   for (int d = static_cast<int>(s.size()) - 1; d >= 0; --d) {
-    r[d] = fresh("i");
+    r[d] = fresh("ix");
     std::string x = st == 1 ? e : "(" + e + " / " + std::to_string(st) + ")";
     if (d > 0) x += " % " + std::to_string(s[d]);
     line("const int " + r[d] + " = " + x + ";");

@@ -114,11 +114,11 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::iota, [](Emitter& E, const ir::Eqn& e) {
     const ir::Var& o = e.out[0];
     int dim = static_cast<int>(e.params.get_int("dimension"));
+    if (dim < 0) dim += o.aval.ndim();
     E.declare(o);
     E.foreach(o.aval.shape, [&] {
       auto oi = E.unravel("e", o.aval.shape);
-      E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ", long long>((long long)(" +
-             (oi.empty() ? std::string("0") : oi[static_cast<size_t>(dim)]) + "));");
+      E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + (oi.empty() ? std::string("0") : oi[static_cast<size_t>(dim)]) + ");");
     });
   });
   t.set(PrimId::broadcast_in_dim, [](Emitter& E, const ir::Eqn& e) {
