@@ -9,12 +9,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLAS_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
   > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 grep "CUDA backend" "$OUT/build.log"
-ctest --test-dir build-gpu -j8 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; tail -5 "$OUT/ctest.log"
+ctest --test-dir build-gpu -j8 --timeout 300 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; grep -E "tests passed|Failed\)|Timeout" "$OUT/ctest.log" | head -60
 build-gpu/examples/pallas_demo 2>&1 | tee "$OUT/demo.log"
 export PALLAS_CACHE_DIR=/tmp/pallas-cache-$$
 echo "cold:"; build-gpu/bench/gpu_bench first-call | tee "$OUT/bench.jsonl"
 echo "warm (disk cache):"; build-gpu/bench/gpu_bench first-call | tee -a "$OUT/bench.jsonl"
 build-gpu/bench/gpu_bench | tee -a "$OUT/bench.jsonl"
+timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
 for tool in memcheck racecheck; do
   timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/examples/pallas_demo > "$OUT/sanitizer-$tool.log" 2>&1
   echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitizer-$tool.log"
