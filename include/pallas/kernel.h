@@ -71,9 +71,8 @@ struct DSlice {
 };
 inline DSlice ds(Value start, int64_t size, int64_t stride = 1) { return {std::move(start), size, stride}; }
 // Static Python-style slice [start, stop) with a step.
-inline DSlice slice(int64_t start, int64_t stop, int64_t step = 1) {
-  return {Value(start), (stop - start + step - 1) / step, step};
-}
+// (step must be positive; an empty or reversed range has size 0)
+DSlice slice(int64_t start, int64_t stop, int64_t step = 1);
 
 class RefView;
 
@@ -278,6 +277,8 @@ std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::v
 std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body);
 std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& branches,
                                const std::vector<Value>& operands);
+// 0 or 1 from a predicate scalar: integers are true when non-zero, as lax.cond.
+Value branch_index(const Value& pred);
 }  // namespace detail
 
 // fori_loop(lo, hi, init, body): body(i, carry) -> carry; carry is one Value or a vector.
@@ -345,7 +346,7 @@ Branch as_branch0(F&& f) {
 // kind of result (nothing, a Value or a vector of Values).
 template <class T, class E>
 std::vector<Value> cond(const Value& pred, T&& then_fn, E&& else_fn, const std::vector<Value>& operands) {
-  return detail::switch_impl(pred.astype(DType::I32),
+  return detail::switch_impl(detail::branch_index(pred),
                              {detail::as_branch(std::forward<E>(else_fn)), detail::as_branch(std::forward<T>(then_fn))},
                              operands);
 }
@@ -353,7 +354,7 @@ std::vector<Value> cond(const Value& pred, T&& then_fn, E&& else_fn, const std::
 template <class T, class E>
 auto cond(const Value& pred, T&& then_fn, E&& else_fn) {
   using R = decltype(then_fn());
-  auto outs = detail::switch_impl(pred.astype(DType::I32),
+  auto outs = detail::switch_impl(detail::branch_index(pred),
                                   {detail::as_branch0(std::forward<E>(else_fn)),
                                    detail::as_branch0(std::forward<T>(then_fn))},
                                   {});
@@ -370,7 +371,7 @@ std::vector<Value> switch_case(const Value& index, const std::vector<detail::Bra
 // when(pred, fn): run fn (for its effects) where pred holds.
 template <class F>
 void when(const Value& pred, F&& fn) {
-  detail::switch_impl(pred.astype(DType::I32), {detail::Branch([](const std::vector<Value>&) {
+  detail::switch_impl(detail::branch_index(pred), {detail::Branch([](const std::vector<Value>&) {
                                                   return std::vector<Value>{};
                                                 }),
                                                 detail::as_branch0(std::forward<F>(fn))},

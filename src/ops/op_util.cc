@@ -62,6 +62,9 @@ Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer&
           fail(op, "ds() start must be an integer scalar, got " + s.str());
         if (x.size > ref.shape[d])
           fail(op, "ds(start, " + std::to_string(x.size) + ") is larger than dimension " + std::to_string(d) + " of " + ref.str());
+        if (x.size < 0 || x.stride < 1)
+          fail(op, "ds(start, " + std::to_string(x.size) + ", " + std::to_string(x.stride) +
+                       ") is invalid: the size must be non-negative and the stride positive");
         out.push_back(x.size);
         break;
       }

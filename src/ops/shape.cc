@@ -10,6 +10,8 @@ void register_shape() {
   define_primitive(PrimId::iota, ir::PrimKind::Shape, [](const std::vector<Aval>& in, const Params& p) {
     expect_arity("iota", in, 0);
     Shape s = p.get<std::vector<int64_t>>("shape");
+    for (int64_t d : s)
+      if (d < 0) fail("iota", "negative dimension in shape " + shape_str(s));
     DType t = p.get<DType>("dtype");
     if (!is_integer(t) && !is_float(t)) fail("iota", std::string("needs a numeric dtype, got ") + dtype_name(t));
     normalize_axis("iota", p.get_int("dimension"), static_cast<int>(s.size()));
@@ -21,6 +23,8 @@ void register_shape() {
     expect_array("broadcast_in_dim", in[0], "the operand");
     Shape s = p.get<std::vector<int64_t>>("shape");
     auto dims = p.get<std::vector<int64_t>>("broadcast_dimensions");
+    for (int64_t d : s)
+      if (d < 0) fail("broadcast_in_dim", "negative dimension in shape " + shape_str(s));
     if (static_cast<int>(dims.size()) != in[0].ndim())
       fail("broadcast_in_dim", "broadcast_dimensions has " + std::to_string(dims.size()) + " entries for operand " + in[0].str());
     for (size_t k = 0; k < dims.size(); ++k) {
@@ -37,6 +41,8 @@ void register_shape() {
     expect_arity("reshape", in, 1);
     expect_array("reshape", in[0], "the operand");
     Shape s = p.get<std::vector<int64_t>>("new_sizes");
+    for (int64_t d : s)
+      if (d < 0) fail("reshape", "negative dimension in shape " + shape_str(s));
     if (shape_size(s) != in[0].size())
       fail("reshape", "cannot reshape " + in[0].str() + " to " + shape_str(s) + " (sizes differ)");
     return std::vector<Aval>{Aval::array(s, in[0].dtype, in[0].weak)};

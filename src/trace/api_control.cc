@@ -214,6 +214,14 @@ std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& br
   return trace::bind(PrimId::cond, ops, {{"branches", js}});
 }
 
+Value branch_index(const Value& pred) {
+  if (!pred.shape().empty())
+    throw Error("pl::cond / pl::when: the predicate must be a scalar, got " + pred.str() +
+                "; reduce it (pl::max, pl::min) or use pl::where for elementwise choices");
+  Value b = pred.dtype() == DType::Bool ? pred : ne(pred, 0);
+  return b.astype(DType::I32);
+}
+
 }  // namespace detail
 
 std::vector<Value> switch_case(const Value& index, const std::vector<detail::Branch>& branches,

@@ -9,6 +9,11 @@ using ir::IndexDim;
 using ir::Literal;
 using ir::PrimId;
 
+DSlice slice(int64_t start, int64_t stop, int64_t step) {
+  if (step < 1) throw Error("pl::slice: step " + std::to_string(step) + " must be positive (reversed slices are not supported)");
+  return {Value(start), stop > start ? (stop - start + step - 1) / step : 0, step};
+}
+
 Ref::Ref(Value v) : value_(std::move(v)) {
   if (value_.defined() && !value_.impl()->aval.is_ref)
     throw Error("pl::Ref: " + value_.str() + " is a value, not a ref");

@@ -262,6 +262,8 @@ RunResult run_call(const core::PallasCall& call, const std::vector<Array>& args,
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   std::vector<Array> prefetch(args.begin() + nd, args.begin() + nd + static_cast<long>(np));
+  for (size_t k = 0; k < np; ++k)  // a kernel that writes its scalar-prefetch ref gets a private copy
+    if (writes_ref(*call.kernel, call.kernel->invars[k].id)) prefetch[k] = prefetch[k].copy();
   std::vector<Val> prefetch_refs;
   for (auto& a : prefetch) prefetch_refs.push_back(whole_ref(a));
 
