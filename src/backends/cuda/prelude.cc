@@ -12,6 +12,7 @@ typedef signed char i8; typedef short i16; typedef int i32; typedef long long i6
 typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32; typedef unsigned long long u64;
 template <class A, class B> constexpr bool same_v = false;
 template <class A> constexpr bool same_v<A, A> = true;
+template <class C> constexpr bool isf = same_v<C, float> || same_v<C, double>;
 struct f16 { u16 b; }; struct bf16 { u16 b; };
 template <class T> struct CT { typedef T t; };
 template <> struct CT<f16> { typedef float t; };
@@ -27,7 +28,7 @@ template <class To, class C> __device__ __forceinline__ To cv(C x);
 template <class To, class C> __device__ __forceinline__ To cv(C x) {
   if constexpr (same_v<To, f16> || same_v<To, bf16>) {
     return cv<To, float>((float)x);
-  } else if constexpr (C(0.5) != C(0) && To(0.5) == To(0) && !same_v<To, bool>) {
+  } else if constexpr (isf<C> && !isf<To> && !same_v<To, bool>) {
     if (x != x) return To(0);
     if (x <= (C)lim_lo<To>()) return lim_lo<To>();
     if (x >= (C)(To)~lim_lo<To>()) return (To)~lim_lo<To>();
@@ -55,36 +56,36 @@ template <class T> __device__ __forceinline__ T poison() {
 template <class C> struct UT { typedef C t; };
 template <> struct UT<i8> { typedef u8 t; }; template <> struct UT<i16> { typedef u16 t; };
 template <> struct UT<i32> { typedef u32 t; }; template <> struct UT<i64> { typedef u64 t; };
-template <class C> __device__ __forceinline__ bool isflt() { return C(0.5) != C(0); }
-template <class C> __device__ __forceinline__ C p_add(C a, C b) { if constexpr (C(0.5) != C(0) || same_v<C, bool>) return a + b; else return (C)((typename UT<C>::t)a + (typename UT<C>::t)b); }
-template <class C> __device__ __forceinline__ C p_sub(C a, C b) { if constexpr (C(0.5) != C(0)) return a - b; else return (C)((typename UT<C>::t)a - (typename UT<C>::t)b); }
-template <class C> __device__ __forceinline__ C p_mul(C a, C b) { if constexpr (C(0.5) != C(0) || same_v<C, bool>) return a * b; else return (C)((u64)(typename UT<C>::t)a * (u64)(typename UT<C>::t)b); }
-template <class C> __device__ __forceinline__ C p_neg(C a) { if constexpr (C(0.5) != C(0)) return -a; else return (C)(0 - (typename UT<C>::t)a); }
+template <class C> __device__ __forceinline__ bool isflt() { return isf<C>; }
+template <class C> __device__ __forceinline__ C p_add(C a, C b) { if constexpr (isf<C> || same_v<C, bool>) return a + b; else return (C)((typename UT<C>::t)a + (typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_sub(C a, C b) { if constexpr (isf<C>) return a - b; else return (C)((typename UT<C>::t)a - (typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_mul(C a, C b) { if constexpr (isf<C> || same_v<C, bool>) return a * b; else return (C)((u64)(typename UT<C>::t)a * (u64)(typename UT<C>::t)b); }
+template <class C> __device__ __forceinline__ C p_neg(C a) { if constexpr (isf<C>) return -a; else return (C)(0 - (typename UT<C>::t)a); }
 template <class C> __device__ __forceinline__ C p_div(C a, C b) {
-  if constexpr (C(0.5) != C(0)) return a / b;
+  if constexpr (isf<C>) return a / b;
   else { if (b == 0) return (C)-1; if (C(-1) < C(0) && b == (C)-1) return p_neg(a); return a / b; }
 }
 template <class C> __device__ __forceinline__ C p_rem(C a, C b) {
-  if constexpr (C(0.5) != C(0)) { if constexpr (sizeof(C) == 8) return fmod(a, b); else return fmodf(a, b); }
+  if constexpr (isf<C>) { if constexpr (sizeof(C) == 8) return fmod(a, b); else return fmodf(a, b); }
   else { if (b == 0) return a; if (C(-1) < C(0) && b == (C)-1) return 0; return a % b; }
 }
 template <class C> __device__ __forceinline__ C p_max(C a, C b) {
-  if constexpr (C(0.5) != C(0)) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? b : a; return a > b ? a : b; }
+  if constexpr (isf<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? b : a; return a > b ? a : b; }
   else return a > b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_min(C a, C b) {
-  if constexpr (C(0.5) != C(0)) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? a : b; return a < b ? a : b; }
+  if constexpr (isf<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? a : b; return a < b ? a : b; }
   else return a < b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_shl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a << b); }
 template <class C> __device__ __forceinline__ C p_shra(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? (a < 0 ? C(-1) : C(0)) : (C)(a >> b); }
 template <class C> __device__ __forceinline__ C p_shrl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a >> b); }
 template <class C> __device__ __forceinline__ C p_sign(C a) {
-  if constexpr (C(0.5) != C(0)) return a != a ? a : (a > 0 ? C(1) : a < 0 ? C(-1) : a);
+  if constexpr (isf<C>) return a != a ? a : (a > 0 ? C(1) : a < 0 ? C(-1) : a);
   else if constexpr (C(-1) < C(0)) return a > 0 ? C(1) : a < 0 ? C(-1) : C(0);
   else return a > 0 ? C(1) : C(0);
 }
-template <class C> __device__ __forceinline__ C p_abs(C a) { if constexpr (C(0.5) != C(0)) return fabs(a); else if constexpr (C(-1) < C(0)) return a < 0 ? p_neg(a) : a; else return a; }
+template <class C> __device__ __forceinline__ C p_abs(C a) { if constexpr (isf<C>) return fabs(a); else if constexpr (C(-1) < C(0)) return a < 0 ? p_neg(a) : a; else return a; }
 template <class C> __device__ __forceinline__ C p_ipow(C x, long long y) {
   if (y < 0) return C(1) / p_ipow(x, -y);
   C r = C(1); while (y) { if (y & 1) r = p_mul(r, x); x = p_mul(x, x); y >>= 1; } return r;
@@ -108,7 +109,7 @@ template <class T> __device__ __forceinline__ T atom_apply(int op, T cur, T v) {
     case 2: return cv<T>(a < b ? a : b);
     case 6: return v;
   }
-  if constexpr (C(0.5) == C(0)) {
+  if constexpr (!isf<C>) {
     if (op == 3) return (T)(a & b); if (op == 4) return (T)(a | b); if (op == 5) return (T)(a ^ b);
   }
   return v;
