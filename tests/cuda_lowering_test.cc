@@ -186,7 +186,9 @@ TEST(CudaLowering, MaskedLoadStoreAtomicsAndControl) {
          .out_specs = {pl::BlockSpec({100}, [](pl::Value) { return pl::idx(0); }), pl::BlockSpec({1}, [](pl::Value) { return pl::idx(0); })},
          .input_output_aliases = {{1, 1}},
          .backend = b});
-  }, {x, acc0}, 1e-5);
+    // Output 1 is a sum of 64 normal values that partly cancel; the GPU sums them as a tree,
+    // the interpreter in order, so the relative error of the result is ~1e-5 (2.4e-5 seen on the H200).
+  }, {x, acc0}, 1e-4);
 }
 
 TEST(CudaLowering, ScratchPrefetchAndHighRankGrid) {
