@@ -83,14 +83,62 @@ void dump(const Lowered& L, const std::string& ptx, const std::string& dir) {
 
 }  // namespace
 
+std::string identity_key(const core::PallasCall& call) {
+  std::string k;
+  auto ptr = [&](const ir::JaxprPtr& j) { k += std::to_string(reinterpret_cast<uintptr_t>(j.get())) + ","; };
+  auto shape = [&](const Shape& s) {
+    for (int64_t d : s) k += std::to_string(d) + "x";
+    k += ";";
+  };
+  ptr(call.kernel);
+  for (int64_t g : call.grid.grid) k += std::to_string(g) + "g";
+  for (auto& p : call.grid.prefetch) shape(p.shape), k += dtype_name(p.dtype);
+  for (const auto* bs : {&call.grid.inputs, &call.grid.outputs})
+    for (auto& b : *bs) {
+      ptr(b.index_map);
+      shape(b.array.shape);
+      shape(b.block_shape);
+      k += dtype_name(b.array.dtype);
+      for (bool q : b.squeezed) k += q ? 'q' : '.';
+      k += static_cast<char>('0' + static_cast<int>(b.space));
+    }
+  for (auto& s : call.grid.scratch) shape(s.shape), k += dtype_name(s.dtype);
+  for (auto [i, o] : call.aliases) k += "a" + std::to_string(i) + ">" + std::to_string(o);
+  k += call.debug ? "d" : "";
+  return k;
+}
+
 std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch) {
+  // Two levels: the call's identity (cheap on every call: the jaxpr objects, kept alive by the
+  // entry so their addresses are never reused, and everything else the code depends on), then
+  // its structural hash (equal calls traced apart share one kernel).
+  struct ByIdentity {
+    std::shared_ptr<const Compiled> compiled;
+    std::vector<ir::JaxprPtr> keep_alive;
+  };
   static std::mutex mu;
+  static std::unordered_map<std::string, ByIdentity> by_identity;
   static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
-  std::string key = std::to_string(call.hash()) + "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch;
+  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch;
+  std::string id_key = identity_key(call) + tail;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = by_identity.find(id_key);
+    if (it != by_identity.end()) return it->second.compiled;
+  }
+  ByIdentity entry;
+  entry.keep_alive.push_back(call.kernel);
+  for (const auto* bs : {&call.grid.inputs, &call.grid.outputs})
+    for (auto& b : *bs) entry.keep_alive.push_back(b.index_map);
+  std::string key = std::to_string(call.hash()) + tail;
   {
     std::lock_guard<std::mutex> g(mu);
     auto it = mem.find(key);
-    if (it != mem.end()) return it->second;
+    if (it != mem.end()) {
+      entry.compiled = it->second;
+      by_identity[id_key] = entry;
+      return it->second;
+    }
   }
   auto c = std::make_shared<Compiled>();
   c->arch = arch;
@@ -155,6 +203,8 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   }
   std::lock_guard<std::mutex> g(mu);
   mem[key] = c;
+  entry.compiled = c;
+  by_identity[id_key] = entry;
   return c;
 }
 
