@@ -8,21 +8,11 @@
 #include <cstring>
 #include <vector>
 
+#include "check_util.cuh"
 #include "attention_sm90.cuh"
 
 using namespace pallas_dev;
-struct bf16raw {
-  unsigned short x;
-};
 
-#define CK(x)                                                                                \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__);    \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 template <bool CAUSAL, int BN>
 __global__ void __launch_bounds__(384, 1) attn_kernel(const __grid_constant__ TensorMap tq,
@@ -58,20 +48,6 @@ __global__ void __launch_bounds__(384, 1) attn_kernel(const __grid_constant__ Te
   }
 }
 
-__device__ float hash_val(unsigned i, unsigned seed) {
-  unsigned x = i * 2654435761u ^ (seed * 0x9e3779b9u);
-  x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16;
-  return (x & 0xffff) / 32768.0f - 1.0f;
-}
-__global__ void fill(bf16raw* p, size_t n, unsigned seed) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) {
-    unsigned u = __float_as_uint(hash_val((unsigned)i, seed) * 2.f);
-    u += 0x7fff + ((u >> 16) & 1);
-    p[i].x = (unsigned short)(u >> 16);
-  }
-}
-__device__ float bf(bf16raw h) { return __uint_as_float(((unsigned)h.x) << 16); }
 // One block per checked row: scores in shared memory, then one thread per output dim.
 __global__ void ref_attn(const bf16raw* q, const bf16raw* k, const bf16raw* v, float* ref, int seq, float scale,
                          bool causal, int bh, int row_step) {
@@ -120,9 +96,9 @@ void run(int B, int H, int S) {
   CK(cudaMalloc(&k, n * 2));
   CK(cudaMalloc(&v, n * 2));
   CK(cudaMalloc(&o, n * 2));
-  fill<<<(unsigned)((n + 255) / 256), 256>>>(q, n, 1);
-  fill<<<(unsigned)((n + 255) / 256), 256>>>(k, n, 2);
-  fill<<<(unsigned)((n + 255) / 256), 256>>>(v, n, 3);
+  fill<<<(unsigned)((n + 255) / 256), 256>>>(q, n, 1, 2.f);
+  fill<<<(unsigned)((n + 255) / 256), 256>>>(k, n, 2, 2.f);
+  fill<<<(unsigned)((n + 255) / 256), 256>>>(v, n, 3, 2.f);
   CK(cudaMemset(o, 0xff, n * 2));
   TensorMap tq, tk, tv;
   make_map(&tq, q, (size_t)B * H * S, 128);

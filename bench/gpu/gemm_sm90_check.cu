@@ -9,21 +9,11 @@
 #include <cstdio>
 #include <vector>
 
+#include "check_util.cuh"
 #include "gemm_sm90.cuh"
 
 using namespace pallas_dev;
-struct bf16raw {
-  unsigned short x;
-};
 
-#define CK(x)                                                                    \
-  do {                                                                           \
-    cudaError_t e = (x);                                                         \
-    if (e != cudaSuccess) {                                                      \
-      std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e), __FILE__, __LINE__); \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
 
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(384, 1)
@@ -55,21 +45,6 @@ __global__ void __launch_bounds__(384, 1)
   }
 }
 
-__device__ float hash_val(unsigned i, unsigned seed) {
-  unsigned x = i * 2654435761u ^ (seed * 0x9e3779b9u);
-  x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16;
-  return (x & 0xffff) / 32768.0f - 1.0f;
-}
-__global__ void fill(bf16raw* p, size_t n, unsigned seed) {
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (i < n) {
-    float f = hash_val((unsigned)i, seed);
-    unsigned u = __float_as_uint(f);
-    u += 0x7fff + ((u >> 16) & 1);
-    p[i].x = (unsigned short)(u >> 16);
-  }
-}
-__device__ float bf(const bf16raw& h) { return __uint_as_float(((unsigned)h.x) << 16); }
 // Reference: one thread per output element, f32 accumulation (only sampled rows are checked).
 __global__ void ref_gemm(const bf16raw* A, const bf16raw* B, float* C, int M, int N, int K, int row_step) {
   int col = blockIdx.x * blockDim.x + threadIdx.x;
@@ -103,8 +78,8 @@ double run(int M, int N, int K, bool time_it, double* err_out) {
   CK(cudaMalloc(&B, (size_t)K * N * 2));
   CK(cudaMalloc(&C, (size_t)M * N * 4));
   CK(cudaMalloc(&R, (size_t)M * N * 4));
-  fill<<<(unsigned)(((size_t)M * K + 255) / 256), 256>>>(A, (size_t)M * K, 1);
-  fill<<<(unsigned)(((size_t)K * N + 255) / 256), 256>>>(B, (size_t)K * N, 2);
+  fill<<<(unsigned)(((size_t)M * K + 255) / 256), 256>>>(A, (size_t)M * K, 1, 1.f);
+  fill<<<(unsigned)(((size_t)K * N + 255) / 256), 256>>>(B, (size_t)K * N, 2, 1.f);
   CK(cudaMemset(C, 0xff, (size_t)M * N * 4));
   TensorMap ta, tb;
   make_map(&ta, A, K, M, 64, 128);
