@@ -19,6 +19,21 @@ enum class Backend : uint8_t {
   Cuda,       // NVIDIA GPU; fails clearly where there is none
 };
 
+// How the programs along one grid axis may run (Pallas TPU's and Mosaic GPU's
+// dimension_semantics). Parallel: in any order, at once (on the GPU, spread over the SMs).
+// Sequential: in increasing order, each seeing the previous one's writes (on the GPU, a loop
+// inside one CUDA block) — what a grid axis needs when programs along it revisit an output
+// block, e.g. to accumulate over a K axis.
+enum class DimensionSemantics : uint8_t {
+  Parallel,
+  Sequential,
+  Arbitrary = Sequential,  // Pallas TPU's name for the same thing
+};
+
+inline constexpr DimensionSemantics parallel = DimensionSemantics::Parallel;
+inline constexpr DimensionSemantics sequential = DimensionSemantics::Sequential;
+inline constexpr DimensionSemantics arbitrary = DimensionSemantics::Arbitrary;
+
 struct CompilerParams {
   int num_warps = 0;   // 0: the backend's default (4, as Triton)
   int num_stages = 0;  // 0: the backend's default (3, as Triton)
@@ -33,6 +48,9 @@ struct CostEstimate {
 
 struct CallOptions {
   std::vector<int64_t> grid;  // any rank; pl::dynamic for a size given at call time
+  // One entry per grid axis, or empty: inferred (an axis along which some output's index map
+  // does not move, so programs revisit its blocks, is Sequential; the others Parallel).
+  std::vector<DimensionSemantics> dimension_semantics;
   std::vector<BlockSpec> in_specs;   // empty: every input whole
   std::vector<BlockSpec> out_specs;  // empty: every output whole
   std::vector<ShapeDtype> scratch_shapes;  // extra refs after the outputs

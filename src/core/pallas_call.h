@@ -29,12 +29,16 @@ struct BlockMapping {
 
 struct GridMapping {
   std::vector<int64_t> grid;  // pl::dynamic (-1) for call-time sizes
+  // One per grid axis, always resolved (declared, or inferred by resolve_semantics).
+  std::vector<DimensionSemantics> semantics;
   std::vector<ShapeDtype> prefetch;  // scalar-prefetch operands (passed whole, in SMEM)
   std::vector<BlockMapping> inputs;  // the other inputs
   std::vector<BlockMapping> outputs;
   std::vector<ShapeDtype> scratch;
   int num_dynamic_bounds() const;
   int64_t num_programs_static() const;  // -1 with dynamic bounds
+  bool sequential(size_t axis) const { return axis < semantics.size() && semantics[axis] == DimensionSemantics::Sequential; }
+  bool any_sequential() const;
 };
 
 struct PallasCall {
@@ -57,6 +61,10 @@ struct PallasCall {
 // Trace a user kernel into a PallasCall for these input shapes (validating everything).
 PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDtype>& out_shapes,
                       const CallOptions& opts, const std::string& what, const std::vector<ShapeDtype>& inputs);
+
+// Fills grid.semantics from the declared ones (empty: infer them), validating both; see
+// grid_semantics.cc.
+void resolve_semantics(GridMapping& grid, const std::vector<DimensionSemantics>& declared, const std::string& what);
 
 // Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);

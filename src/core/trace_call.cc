@@ -54,6 +54,12 @@ std::string PallasCall::text() const {
   for (size_t k = 0; k < grid.grid.size(); ++k)
     s += (k ? ", " : "") + (grid.grid[k] < 0 ? std::string("dynamic") : std::to_string(grid.grid[k]));
   s += grid.grid.size() == 1 ? ",)\n" : ")\n";
+  if (grid.any_sequential()) {  // printed only then, so all-parallel calls keep their text
+    s += "  dimension_semantics=(";
+    for (size_t k = 0; k < grid.semantics.size(); ++k)
+      s += std::string(k ? ", " : "") + (grid.sequential(k) ? "sequential" : "parallel");
+    s += ")\n";
+  }
   auto block = [&](const BlockMapping& b) {
     s += "  " + b.what + ": " + b.array.str() + " block=" + shape_str(b.block_shape);
     for (size_t k = 0; k < b.squeezed.size(); ++k)
@@ -189,6 +195,7 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
     c.grid.outputs.push_back(make_block(what, "output " + std::to_string(k), out_shapes[k],
                                         opts.out_specs.empty() ? nullptr : &opts.out_specs[k], opts.grid, c.grid.prefetch));
   c.grid.scratch = opts.scratch_shapes;
+  resolve_semantics(c.grid, opts.dimension_semantics, what);
 
   for (auto [i, o] : opts.input_output_aliases) {
     if (i < 0 || i >= static_cast<int>(inputs.size()))

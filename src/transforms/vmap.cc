@@ -145,6 +145,7 @@ core::PallasCall vmap_pallas_call(const core::PallasCall& c, const std::vector<s
   for (size_t k = 0; k < np; ++k)
     if (in_axes[k]) throw Error(c.what + ": internal: batched scalar prefetch reached the grid rule");
   r.grid.grid.insert(r.grid.grid.begin(), batch);
+  r.grid.semantics.insert(r.grid.semantics.begin(), DimensionSemantics::Parallel);  // batch elements never share blocks
   for (size_t k = 0; k < r.grid.inputs.size(); ++k) batch_block(r.grid.inputs[k], in_axes[np + k], batch);
   for (auto& o : r.grid.outputs) batch_block(o, 0, batch);
   for (auto [i, o] : c.aliases)

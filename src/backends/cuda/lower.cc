@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "src/ir/dependence.h"
+
 namespace pallas::cuda {
 
 std::string ctype(DType t) {
@@ -199,21 +201,32 @@ Lowered lower(const core::PallasCall& call) {
     }
   }
 
-  // Program ids: the launch grid is the product of the grid, row-major, in blockIdx.x + y.
-  E.line("const long long lin = blockIdx.x + (long long)blockIdx.y * gridDim.x; (void)lin;");
-  {
-    std::string total = "1ll";
-    for (auto& g : G) total += " * " + g;
-    E.line("if (lin >= " + total + ") return;");
-  }
+  // Program ids. The parallel axes, row-major, are the launch grid (blockIdx.x + y); the
+  // sequential axes are loops inside the CUDA block, in axis order, so that the programs along
+  // them run in the interpreter's order and each sees the writes of the one before.
   std::vector<std::string> pid(gm.grid.size());
   {
-    std::string rest = "lin";
+    std::string total = "1ll";
+    for (size_t d = 0; d < G.size(); ++d)
+      if (!gm.sequential(d)) total += " * " + G[d];
+    E.line("const long long blin = blockIdx.x + (long long)blockIdx.y * gridDim.x;");
+    E.line("if (blin >= " + total + ") return;");
+    std::string rest = "blin";
     for (int d = static_cast<int>(gm.grid.size()) - 1; d >= 0; --d) {
       pid[d] = "pid" + std::to_string(d);
+      if (gm.sequential(static_cast<size_t>(d))) continue;
       E.line("const int " + pid[d] + " = (int)(" + rest + " % " + G[d] + ");");
       rest = "(" + rest + " / " + G[d] + ")";
     }
+    for (size_t d = 0; d < gm.grid.size(); ++d)
+      if (gm.sequential(d)) {
+        E.line("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {");
+        ++E.depth;
+      }
+    // The program's row-major linear id over the whole grid (messages, debug_print).
+    std::string lin = "0ll";
+    for (size_t d = 0; d < gm.grid.size(); ++d) lin = "(" + lin + " * " + G[d] + " + " + pid[d] + ")";
+    E.line("const long long lin = " + lin + "; (void)lin;");
   }
   E.names[-100] = "";  // unused
   // Prefetch refs: whole arrays.
@@ -260,13 +273,33 @@ Lowered lower(const core::PallasCall& call) {
     RefInfo r;
     r.dtype = bm.array.dtype;
     r.base = "(((" + ctype(r.dtype) + "*)p" + std::to_string(a) + ") + " + off + ")";
+    // Blocks may overhang the array on either side (an index map may return any block
+    // index): coordinates are bounded below by -origin and above by size - origin, and a
+    // squeezed dimension's one index must lie inside the array, as in the interpreter.
     for (size_t d = 0; d < rank; ++d) {
-      if (bm.squeezed[d]) continue;
+      std::string org = "org" + std::to_string(a) + "_" + std::to_string(d);
+      if (bm.squeezed[d]) {
+        r.valid += std::string(r.valid.empty() ? "" : " && ") + "(" + org + " >= 0 && " + org + " < " + std::to_string(as[d]) + "ll)";
+        continue;
+      }
       r.shape.push_back(bm.block_shape[d]);
       r.strides.push_back(st[d]);
-      bool exact = as[d] % bm.block_shape[d] == 0;  // blocks never overhang this dim... only if idx in range
-      (void)exact;
-      r.lim.push_back("(" + std::to_string(as[d]) + "ll - org" + std::to_string(a) + "_" + std::to_string(d) + ")");
+      r.lim.push_back("(" + std::to_string(as[d]) + "ll - " + org + ")");
+      r.low.push_back("(-" + org + ")");
+    }
+    if (a >= np + nin) {  // an output: may programs on parallel axes share its blocks?
+      size_t rank_g = gm.grid.size();
+      std::vector<bool> data(rank_g + np, false);
+      for (size_t q = 0; q < np; ++q) data[rank_g + q] = true;
+      for (bool b : ir::outvars_depending_on(im, data)) r.shared_by_parallel_programs |= b;
+      for (size_t g = 0; g < rank_g; ++g) {
+        if (gm.sequential(g) || gm.grid[g] == 1) continue;
+        std::vector<bool> axis(rank_g + np, false);
+        axis[g] = true;
+        bool moves = false;
+        for (bool b : ir::outvars_depending_on(im, axis)) moves |= b;
+        if (!moves) r.shared_by_parallel_programs = true;
+      }
     }
     E.refs[v.id] = r;
   };
@@ -297,6 +330,12 @@ Lowered lower(const core::PallasCall& call) {
   }
   E.line("// kernel body");
   E.emit_eqns(k);
+  for (size_t d = gm.grid.size(); d-- > 0;)
+    if (gm.sequential(d)) {
+      E.sync();  // the next program along the sequential axes reads what this one wrote
+      --E.depth;
+      E.line("}");
+    }
 
   L.smem_bytes = E.xoff + E.xbytes;
   L.check_messages = E.check_messages;

@@ -26,6 +26,11 @@ struct RefInfo {
   Shape shape;
   std::vector<int64_t> strides;
   std::vector<std::string> lim;  // per dim: "" or an expression bounding the coordinate (array edge)
+  std::vector<std::string> low;  // per dim: "" or the lowest coordinate inside the array (-origin)
+  std::string valid;             // "" or a condition for the whole block (squeezed dims in range)
+  // Several programs on parallel grid axes may write this block (an output whose index map
+  // ignores such an axis, or reads scalar-prefetch data): accumulation must be atomic.
+  bool shared_by_parallel_programs = false;
 };
 
 struct Lowered {

@@ -125,8 +125,10 @@ std::string address(Emitter& E, const Plan& p, std::string* ok) {
     E.line("const long long " + cn + " = " + c + ";");
     if (!static_ok) cond += " && " + cn + " >= 0 && " + cn + " < " + std::to_string(p.ref.shape[d]);
     if (!p.ref.lim[d].empty()) cond += " && " + cn + " < " + p.ref.lim[d];
+    if (d < p.ref.low.size() && !p.ref.low[d].empty()) cond += " && " + cn + " >= " + p.ref.low[d];
     off += " + " + cn + " * " + std::to_string(p.ref.strides[d]) + "ll";
   }
+  if (!p.ref.valid.empty()) cond += " && " + p.ref.valid;
   *ok = E.fresh("ok");
   E.line("const bool " + *ok + " = " + cond + ";");
   return p.ref.base + "[" + off + "]";

@@ -136,10 +136,15 @@ struct CudaRunner final : core::BackendRunner {
       launch_fast(*c, f, ins, outs[0], call.what);
       return outs;
     }
-    int64_t total = 1;
+    // One CUDA block per program of the parallel axes; the sequential ones loop inside it.
+    int64_t total = 1, all = 1;
     int di = 0;
-    for (int64_t g : gm.grid) total *= g < 0 ? dyn[static_cast<size_t>(di++)] : g;
-    if (total <= 0) return outs;
+    for (size_t a = 0; a < gm.grid.size(); ++a) {
+      int64_t g = gm.grid[a] < 0 ? dyn[static_cast<size_t>(di++)] : gm.grid[a];
+      all *= g;
+      if (!gm.sequential(a)) total *= g;
+    }
+    if (all <= 0) return outs;
     std::vector<CUdeviceptr> ptrs;
     for (auto& a : ins) ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.raw_data()));
     for (auto& a : outs) ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.raw_data()));
