@@ -14,7 +14,7 @@ auto copy_kernel = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; };
 template <class K>
 std::function<void()> run_kernel(K kernel, std::vector<pl::Array> args = {vec(8)}, pl::ShapeDtype out = kOut) {
   return [=] {
-    auto call = pl::pallas_call(kernel, out, {.interpret = true, .name = "k"});
+    auto call = pl::pallas_call(kernel, out, {.name = "k"});
     call(args);
   };
 }
@@ -22,11 +22,11 @@ std::function<void()> run_kernel(K kernel, std::vector<pl::Array> args = {vec(8)
 // ---- options checked when the call is traced ----
 TEST(CallErrors, AliasIndexOutOfRange) {
   auto in = [] {
-    pl::pallas_call(copy_kernel, kOut, {.input_output_aliases = {{3, 0}}, .interpret = true, .name = "alias"})(vec(8));
+    pl::pallas_call(copy_kernel, kOut, {.input_output_aliases = {{3, 0}}, .name = "alias"})(vec(8));
   };
   EXPECT_TRUE(throws_error(in, {"kernel 'alias'", "input_output_aliases names input 3", "1 input"}));
   auto out = [] {
-    pl::pallas_call(copy_kernel, kOut, {.input_output_aliases = {{0, 2}}, .interpret = true, .name = "alias"})(vec(8));
+    pl::pallas_call(copy_kernel, kOut, {.input_output_aliases = {{0, 2}}, .name = "alias"})(vec(8));
   };
   EXPECT_TRUE(throws_error(out, {"kernel 'alias'", "names output 2", "1 output"}));
 }
@@ -34,17 +34,17 @@ TEST(CallErrors, AliasIndexOutOfRange) {
 TEST(CallErrors, AliasShapeOrDtypeMismatch) {
   auto shape = [] {
     pl::pallas_call([](pl::Ref, pl::Ref o) { o[pl::all] = pl::zeros({8}); }, kOut,
-                    {.input_output_aliases = {{0, 0}}, .interpret = true, .name = "alias"})(vec(4));
+                    {.input_output_aliases = {{0, 0}}, .name = "alias"})(vec(4));
   };
   EXPECT_TRUE(throws_error(shape, {"kernel 'alias'", "f32[4]", "f32[8]", "same shape and dtype"}));
   auto dtype = [] {
     pl::pallas_call([](pl::Ref, pl::Ref o) { o[pl::all] = pl::zeros({8}); }, kOut,
-                    {.input_output_aliases = {{0, 0}}, .interpret = true, .name = "alias"})(vec(8, pl::i32));
+                    {.input_output_aliases = {{0, 0}}, .name = "alias"})(vec(8, pl::i32));
   };
   EXPECT_TRUE(throws_error(dtype, {"kernel 'alias'", "i32[8]", "f32[8]", "same shape and dtype"}));
   auto twice = [] {
     pl::pallas_call([](pl::Ref, pl::Ref, pl::Ref o) { o[pl::all] = pl::zeros({8}); }, kOut,
-                    {.input_output_aliases = {{0, 0}, {1, 0}}, .interpret = true, .name = "alias"})(vec(8), vec(8));
+                    {.input_output_aliases = {{0, 0}, {1, 0}}, .name = "alias"})(vec(8), vec(8));
   };
   EXPECT_TRUE(throws_error(twice, {"kernel 'alias'", "output 0 is aliased to inputs", "at most once"}));
 }
@@ -52,30 +52,30 @@ TEST(CallErrors, AliasShapeOrDtypeMismatch) {
 TEST(CallErrors, WrongNumberOfSpecs) {
   auto spec = [] { return pl::BlockSpec({8}, [](pl::Value) { return pl::idx(0); }); };
   auto ins = [&] {
-    pl::pallas_call(copy_kernel, kOut, {.grid = {1}, .in_specs = {spec(), spec()}, .interpret = true, .name = "specs"})(vec(8));
+    pl::pallas_call(copy_kernel, kOut, {.grid = {1}, .in_specs = {spec(), spec()}, .name = "specs"})(vec(8));
   };
   EXPECT_TRUE(throws_error(ins, {"kernel 'specs'", "2 in_specs given for 1 input", "one BlockSpec per input"}));
   auto outs = [&] {
-    pl::pallas_call(copy_kernel, kOut, {.grid = {1}, .out_specs = {spec(), spec()}, .interpret = true, .name = "specs"})(vec(8));
+    pl::pallas_call(copy_kernel, kOut, {.grid = {1}, .out_specs = {spec(), spec()}, .name = "specs"})(vec(8));
   };
   EXPECT_TRUE(throws_error(outs, {"kernel 'specs'", "2 out_specs given for 1 output", "one BlockSpec per output"}));
 }
 
 TEST(CallErrors, WrongNumberOfArguments) {
-  auto call = pl::pallas_call(copy_kernel, kOut, {.interpret = true, .name = "args"});
+  auto call = pl::pallas_call(copy_kernel, kOut, {.name = "args"});
   call(vec(8));  // traced for one input
   EXPECT_TRUE(throws_error([&] { call(vec(8), vec(8)); }, {"kernel 'args'", "called with 2 arguments", "takes 1 input"}));
   EXPECT_TRUE(throws_error([&] { call(std::vector<pl::Array>{}); }, {"kernel 'args'", "called with 0 arguments"}));
   // the kernel's arity must match the refs the call passes
-  auto arity = [] { pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({8}); }, kOut, {.interpret = true, .name = "arity"})(vec(8)); };
+  auto arity = [] { pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({8}); }, kOut, {.name = "arity"})(vec(8)); };
   EXPECT_TRUE(throws_error(arity, {"kernel 'arity'", "takes 1 ref", "passes 2", "1 input, 1 output"}));
   // an empty argument
-  EXPECT_TRUE(throws_error([] { pl::pallas_call(copy_kernel, kOut, {.interpret = true, .name = "empty"})(pl::Array()); },
+  EXPECT_TRUE(throws_error([] { pl::pallas_call(copy_kernel, kOut, {.name = "empty"})(pl::Array()); },
                            {"kernel 'empty'", "input 0 is an empty Array"}));
 }
 
 TEST(CallErrors, ArgumentNotWhatTheCallWasTracedFor) {
-  auto call = pl::pallas_call(copy_kernel, kOut, {.interpret = true, .name = "traced"});
+  auto call = pl::pallas_call(copy_kernel, kOut, {.name = "traced"});
   call(vec(8));
   EXPECT_TRUE(throws_error([&] { call(vec(4)); }, {"kernel 'traced'", "input 0 is f32[4]", "traced for f32[8]", "new pallas_call"}));
   EXPECT_TRUE(throws_error([&] { call(vec(8, pl::f16)); }, {"kernel 'traced'", "f16[8]", "traced for f32[8]"}));
@@ -85,14 +85,14 @@ TEST(CallErrors, BlockShapeRankMismatch) {
   auto f = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2}, .in_specs = {pl::BlockSpec({2, 4}, [](pl::Value i) { return pl::idx(i, 0); })},
-                     .interpret = true, .name = "rank"})(vec(8));
+                     .name = "rank"})(vec(8));
   };
   EXPECT_TRUE(throws_error(f, {"kernel 'rank'", "block shape [2,4] of input 0 has rank 2", "f32[8] has rank 1",
                                "one block size per dimension"}));
   auto neg = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2}, .in_specs = {pl::BlockSpec({0}, [](pl::Value i) { return pl::idx(i); })},
-                     .interpret = true, .name = "zero"})(vec(8));
+                     .name = "zero"})(vec(8));
   };
   EXPECT_TRUE(throws_error(neg, {"kernel 'zero'", "block dimension 0 of input 0 is 0", "must be positive"}));
 }
@@ -101,74 +101,74 @@ TEST(CallErrors, IndexMapArityAndResults) {
   auto arity = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2, 2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-                     .interpret = true, .name = "imap"})(vec(8));
+                     .name = "imap"})(vec(8));
   };
   EXPECT_TRUE(throws_error(arity, {"kernel 'imap'", "index map of input 0", "takes 1 argument", "2 axes", "must take 2"}));
   auto results = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i, 0); })},
-                     .interpret = true, .name = "imap"})(vec(8));
+                     .name = "imap"})(vec(8));
   };
   EXPECT_TRUE(throws_error(results, {"kernel 'imap'", "index map of input 0", "returns 2 indices", "rank 1",
                                      "one block index per dimension"}));
   auto floats = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2}, .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i.astype(pl::f32)); })},
-                     .interpret = true, .name = "imap"})(vec(8));
+                     .name = "imap"})(vec(8));
   };
   EXPECT_TRUE(throws_error(floats, {"kernel 'imap'", "index map of output 0", "f32[]", "integer scalars"}));
   // with scalar prefetch the map must also take the prefetch refs
   auto prefetch = [] {
     pl::pallas_call([](pl::Ref, pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, kOut,
                     {.grid = {2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-                     .num_scalar_prefetch = 1, .interpret = true, .name = "imap"})(pl::Array::scalar<int32_t>(0), vec(8));
+                     .num_scalar_prefetch = 1, .name = "imap"})(pl::Array::scalar<int32_t>(0), vec(8));
   };
   EXPECT_TRUE(throws_error(prefetch, {"kernel 'imap'", "1 scalar-prefetch operand", "must take 2"}));
   // program_id is for kernels; index maps get the grid indices as arguments
   auto pid = [] {
     pl::pallas_call(copy_kernel, kOut,
                     {.grid = {2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value) { return pl::idx(pl::program_id(0)); })},
-                     .interpret = true, .name = "imap"})(vec(8));
+                     .name = "imap"})(vec(8));
   };
   EXPECT_TRUE(throws_error(pid, {"kernel 'imap'", "program_id is only available in kernels"}));
 }
 
 TEST(CallErrors, KernelReturnsAValue) {
   auto f = [] {
-    pl::pallas_call([](pl::Ref x, pl::Ref o) -> pl::Value { return x[pl::all]; }, kOut, {.interpret = true, .name = "ret"})(vec(8));
+    pl::pallas_call([](pl::Ref x, pl::Ref o) -> pl::Value { return x[pl::all]; }, kOut, {.name = "ret"})(vec(8));
   };
   EXPECT_TRUE(throws_error(f, {"kernel 'ret'", "returns a value", "must return void", "output refs"}));
 }
 
 TEST(CallErrors, GridAndPrefetchOptions) {
-  EXPECT_TRUE(throws_error([] { pl::pallas_call(copy_kernel, kOut, {.grid = {-3}, .interpret = true, .name = "g"})(vec(8)); },
+  EXPECT_TRUE(throws_error([] { pl::pallas_call(copy_kernel, kOut, {.grid = {-3}, .name = "g"})(vec(8)); },
                            {"kernel 'g'", "grid size -3 is negative"}));
   EXPECT_TRUE(throws_error(
-      [] { pl::pallas_call(copy_kernel, kOut, {.num_scalar_prefetch = 2, .interpret = true, .name = "p"})(vec(8)); },
+      [] { pl::pallas_call(copy_kernel, kOut, {.num_scalar_prefetch = 2, .name = "p"})(vec(8)); },
       {"kernel 'p'", "num_scalar_prefetch is 2", "1 input"}));
   EXPECT_TRUE(throws_error(
       [] {
         pl::pallas_call([](pl::Ref, pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, kOut,
-                        {.num_scalar_prefetch = 1, .interpret = true, .name = "p"})(vec(1), vec(8));
+                        {.num_scalar_prefetch = 1, .name = "p"})(vec(1), vec(8));
       },
       {"kernel 'p'", "scalar-prefetch operand 0 is f32[1]", "integer arrays"}));
   EXPECT_TRUE(throws_error(
-      [] { pl::pallas_call(copy_kernel, std::vector<pl::ShapeDtype>{}, {.interpret = true, .name = "none"})({vec(8)}); },
+      [] { pl::pallas_call(copy_kernel, std::vector<pl::ShapeDtype>{}, {.name = "none"})({vec(8)}); },
       {"kernel 'none'", "at least one output"}));
   // dynamic bounds must be integer scalars, passed first
-  auto call = pl::pallas_call(copy_kernel, kOut, {.grid = {pl::dynamic}, .interpret = true, .name = "dyn"});
+  auto call = pl::pallas_call(copy_kernel, kOut, {.grid = {pl::dynamic}, .name = "dyn"});
   EXPECT_TRUE(throws_error([&] { call(vec(1), vec(8)); }, {"kernel 'dyn'", "argument 0 is a dynamic grid bound", "pl::Array::scalar"}));
   EXPECT_TRUE(throws_error([&] { call(std::vector<pl::Array>{}); }, {"kernel 'dyn'", "called with 0 arguments", "1 dynamic grid bound and 1 input"}));
   // a first call (not traced yet) without its dynamic bound
-  auto dyn0 = pl::pallas_call(copy_kernel, kOut, {.grid = {pl::dynamic}, .interpret = true, .name = "dyn0"});
+  auto dyn0 = pl::pallas_call(copy_kernel, kOut, {.grid = {pl::dynamic}, .name = "dyn0"});
   EXPECT_TRUE(throws_error([&] { dyn0(std::vector<pl::Array>{}); }, {"kernel 'dyn0'", "the grid has 1 dynamic bound, passed first"}));
 }
 
 TEST(CallErrors, UsingTheCallObject) {
   auto two = pl::pallas_call([](pl::Ref x, pl::Ref o1, pl::Ref o2) { o1[pl::all] = x[pl::all]; o2[pl::all] = x[pl::all]; },
-                             {kOut, kOut}, {.interpret = true, .name = "two"});
+                             {kOut, kOut}, {.name = "two"});
   EXPECT_TRUE(throws_error([&] { two(vec(8)); }, {"kernel 'two'", "has 2 outputs", "vector form"}));
-  auto fresh = pl::pallas_call(copy_kernel, kOut, {.interpret = true, .name = "fresh"});
+  auto fresh = pl::pallas_call(copy_kernel, kOut, {.name = "fresh"});
   EXPECT_TRUE(throws_error([&] { fresh.jaxpr_text(); }, {"kernel 'fresh'", "not been traced", ".trace("}));
   pl::Call empty;
   EXPECT_TRUE(throws_error([&] { empty(vec(8)); }, {"empty Call"}));
@@ -177,7 +177,7 @@ TEST(CallErrors, UsingTheCallObject) {
 // Without a name, errors name the kernel by its source location.
 TEST(CallErrors, UnnamedKernelNamedBySourceLocation) {
   int line = __LINE__ + 1;
-  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + pl::zeros({4}); }, kOut, {.interpret = true});
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + pl::zeros({4}); }, kOut, {});
   EXPECT_TRUE(throws_error([&] { call(vec(8)); }, {"kernel at call_errors_test.cc:" + std::to_string(line), "add", "[8]", "[4]"}));
 }
 
@@ -303,10 +303,10 @@ TEST(KernelErrors, ControlFlow) {
   };
   EXPECT_TRUE(throws_error(run_kernel(btypes), {"kernel 'k'", "cond", "branch", "f32[4]", "f32[8]"}));
   auto pid = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + pl::program_id(1).astype(pl::f32); };
-  EXPECT_TRUE(throws_error([&] { pl::pallas_call(pid, kOut, {.grid = {2}, .interpret = true, .name = "k"})(vec(8)); },
+  EXPECT_TRUE(throws_error([&] { pl::pallas_call(pid, kOut, {.grid = {2}, .name = "k"})(vec(8)); },
                            {"kernel 'k'", "program_id axis 1 is out of bounds for a grid of rank 1"}));
   auto np = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + pl::num_programs(3).astype(pl::f32); };
-  EXPECT_TRUE(throws_error([&] { pl::pallas_call(np, kOut, {.grid = {2}, .interpret = true, .name = "k"})(vec(8)); },
+  EXPECT_TRUE(throws_error([&] { pl::pallas_call(np, kOut, {.grid = {2}, .name = "k"})(vec(8)); },
                            {"kernel 'k'", "num_programs axis 3"}));
 }
 
@@ -323,10 +323,10 @@ TEST(KernelErrors, ValuesOutsideTheirTrace) {
   EXPECT_TRUE(throws_error([] { pl::exp(pl::Value(1.0)); }, {"pl::exp", "outside a kernel"}));
   pl::Value leaked;
   auto first = pl::pallas_call([&](pl::Ref x, pl::Ref o) { leaked = x[pl::all]; o[pl::all] = x[pl::all]; }, kOut,
-                               {.interpret = true, .name = "first"});
+                               {.name = "first"});
   first(vec(8));
   auto second = [&] {
-    pl::pallas_call([&](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + leaked; }, kOut, {.interpret = true, .name = "second"})(vec(8));
+    pl::pallas_call([&](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + leaked; }, kOut, {.name = "second"})(vec(8));
   };
   EXPECT_TRUE(throws_error(second, {"kernel 'second'", "traced outside it", "inputs"}));
   pl::Value empty;

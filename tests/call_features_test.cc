@@ -15,7 +15,7 @@ TEST(CallFeatures, GridRank0WholeArrays) {
   auto xs = normal(6 * 5, 1);
   pl::Array x = make_array(xs, {6, 5}, pl::f32);
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] * 3.0; }, pl::ShapeDtype({6, 5}, pl::f32),
-                              {.interpret = true, .name = "rank0"});
+                              {.name = "rank0"});
   auto o = to_doubles(call(x));
   for (int k = 0; k < 30; ++k) EXPECT_EQ(o[k], round_to(3 * round_to(xs[k], pl::f32), pl::f32));
 }
@@ -25,7 +25,7 @@ TEST(CallFeatures, Grid1DBlocks) {
   pl::Array x = make_array(xs, {8, 16}, pl::f32);
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + pl::program_id(0).astype(pl::f32); },
                               pl::ShapeDtype({8, 16}, pl::f32),
-                              {.grid = {4}, .in_specs = {rows(2, 16)}, .out_specs = {rows(2, 16)}, .interpret = true});
+                              {.grid = {4}, .in_specs = {rows(2, 16)}, .out_specs = {rows(2, 16)}});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 16; ++j) EXPECT_EQ(o[i * 16 + j], round_to(xv[i * 16 + j] + i / 2, pl::f32));
@@ -39,8 +39,7 @@ TEST(CallFeatures, Grid2DTransposedIndexMap) {
                               pl::ShapeDtype({12, 8}, pl::f32),
                               {.grid = {3, 2},
                                .in_specs = {pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(j, i); })},
-                               .out_specs = {pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-                               .interpret = true});
+                               .out_specs = {pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })}});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   for (int i = 0; i < 8; ++i)
     for (int j = 0; j < 12; ++j) EXPECT_EQ(o[j * 8 + i], xv[i * 12 + j]);
@@ -61,7 +60,6 @@ TEST(CallFeatures, Grid3DAnd4DWithSqueezedDims) {
                                   [](pl::Value a, pl::Value b, pl::Value c, pl::Value d) { return pl::idx(a, b, c, d); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, pl::squeezed, 4},
                                    [](pl::Value a, pl::Value b, pl::Value c, pl::Value d) { return pl::idx(a, b, c, d); })},
-       .interpret = true,
        .name = "grid4"});
   auto o = to_doubles(call4(x)), xv = to_doubles(x);
   for (size_t k = 0; k < xv.size(); ++k) ASSERT_EQ(o[k], xv[k] * 2);
@@ -74,7 +72,6 @@ TEST(CallFeatures, Grid3DAnd4DWithSqueezedDims) {
                                   [](pl::Value a, pl::Value b, pl::Value c) { return pl::idx(a, b, 0, c); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, 8},
                                    [](pl::Value a, pl::Value b, pl::Value c) { return pl::idx(a, b, c); })},
-       .interpret = true,
        .name = "grid3"});
   auto s = to_doubles(call3(x));
   std::vector<double> want(2 * 3 * 8, 0.0);
@@ -93,7 +90,7 @@ TEST(CallFeatures, RowMajorOrder) {
         pl::when((a == 0) & (b == 0), [&] { o(0) = pl::Value::constant(0, pl::i64); });
         o(0) = o(0).get() * 10 + (a * 3 + b + 1).astype(pl::i64);
       },
-      pl::ShapeDtype({1}, pl::i64), {.grid = {2, 3}, .interpret = true, .name = "order"});
+      pl::ShapeDtype({1}, pl::i64), {.grid = {2, 3}, .name = "order"});
   EXPECT_EQ(call(std::vector<pl::Array>{})[0].to_vector<int64_t>()[0], 123456);
 }
 
@@ -105,7 +102,7 @@ TEST(CallFeatures, DefaultSpecsWholeArray) {
         pl::Value i = pl::program_id(0);
         o(i) = xr(i) + xr(3 - i);
       },
-      pl::ShapeDtype({4, 4}, pl::i32), {.grid = {4}, .interpret = true, .name = "whole"});
+      pl::ShapeDtype({4, 4}, pl::i32), {.grid = {4}, .name = "whole"});
   std::vector<int32_t> xs;
   for (int k = 0; k < 16; ++k) xs.push_back(k * k);
   auto o = call(pl::Array::from_vector(xs, {4, 4})).to_vector<int32_t>();
@@ -130,7 +127,6 @@ TEST(CallFeatures, IndexMapArithmeticAndSeveralOutputs) {
        .out_specs = {pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(i, 0); }),
                      pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(i / 2, i % 2); }),
                      pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(i % 2, 0); })},
-       .interpret = true,
        .name = "arith"});
   auto outs = call({x});
   auto o1 = outs[0].to_vector<int32_t>(), o2 = outs[1].to_vector<int32_t>(), o3 = outs[2].to_vector<int32_t>();
@@ -164,7 +160,6 @@ TEST(CallFeatures, ScratchShapes) {
        .in_specs = {pl::BlockSpec({pl::squeezed, 8}, [](pl::Value i) { return pl::idx(i, 0); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, 8}, [](pl::Value i) { return pl::idx(i, 0); })},
        .scratch_shapes = {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({}, pl::i32)},
-       .interpret = true,
        .name = "scratch"});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   std::vector<double> want;
@@ -187,7 +182,6 @@ TEST(CallFeatures, ScalarPrefetch) {
        .in_specs = {pl::BlockSpec({pl::squeezed, 8}, [](pl::Value i, pl::Ref ord, pl::Ref) { return pl::idx(ord(i), 0); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, 8}, [](pl::Value i, pl::Ref, pl::Ref) { return pl::idx(i, 0); })},
        .num_scalar_prefetch = 2,
-       .interpret = true,
        .name = "prefetch"});
   auto o = to_doubles(call(pl::Array::from_vector(order), pl::Array::from_vector(scale), x)), xv = to_doubles(x);
   for (int i = 0; i < 4; ++i)
@@ -209,7 +203,6 @@ TEST(CallFeatures, DynamicGridBounds) {
       {.grid = {pl::dynamic, 2},
        .in_specs = {pl::BlockSpec({1, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
        .out_specs = {pl::BlockSpec({1, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-       .interpret = true,
        .name = "dynamic"});
   EXPECT_THAT(call.trace({x.shape_dtype()}).jaxpr_text(), HasSubstr("grid=(dynamic, 2)"));
   for (int n : {8, 3, 0}) {
@@ -237,14 +230,14 @@ TEST(CallFeatures, InputOutputAliases) {
       },
       pl::ShapeDtype({4, 8}, pl::f32),
       {.grid = {4}, .in_specs = {rows(1, 8), rows(1, 8)}, .out_specs = {rows(1, 8)},
-       .input_output_aliases = {{1, 0}}, .interpret = true, .name = "alias"});
+       .input_output_aliases = {{1, 0}}, .name = "alias"});
   auto o = call(x, y).to_vector<float>();
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 8; ++j) EXPECT_EQ(o[i * 8 + j], i % 2 == 0 ? xs[i * 8 + j] + ys[i * 8 + j] : ys[i * 8 + j]);
   EXPECT_EQ(y.to_vector<float>(), ys);
   // an in-place update: o = o + 1 through the aliased output only
   auto inc = pl::pallas_call([](pl::Ref, pl::Ref o) { o[pl::all] = o[pl::all] + 1.0; }, pl::ShapeDtype({4, 8}, pl::f32),
-                             {.input_output_aliases = {{0, 0}}, .interpret = true, .name = "inc"});
+                             {.input_output_aliases = {{0, 0}}, .name = "inc"});
   auto io = inc(x).to_vector<float>();
   for (int k = 0; k < 32; ++k) EXPECT_EQ(io[k], xs[k] + 1);
 }
@@ -269,7 +262,6 @@ TEST(CallFeatures, EdgeBlocksOverhang) {
        .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); }),
                      pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); }),
                      pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-       .interpret = true,
        .name = "edge"});
   auto outs = call({pl::Array::from_vector(xs), pl::Array::from_vector(is)});
   ASSERT_EQ(outs[0].shape(), (pl::Shape{10}));
@@ -288,7 +280,7 @@ TEST(CallFeatures, EdgeBlocks2D) {
   pl::Array x = make_array(xs, {5, 6}, pl::f32);
   auto spec = [] { return pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); }); };
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = -xr[pl::all]; }, pl::ShapeDtype({5, 6}, pl::f32),
-                              {.grid = {2, 2}, .in_specs = {spec()}, .out_specs = {spec()}, .interpret = true});
+                              {.grid = {2, 2}, .in_specs = {spec()}, .out_specs = {spec()}});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   for (int k = 0; k < 30; ++k) EXPECT_EQ(o[k], -xv[k]);
 }
@@ -306,7 +298,6 @@ TEST(CallFeatures, RevisitedOutputAccumulates) {
       {.grid = {4, 4},
        .in_specs = {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Value k) { return pl::idx(i, k); })},
        .out_specs = {pl::BlockSpec({1, 8}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); })},
-       .interpret = true,
        .name = "accumulate"});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   std::vector<double> want(32, 0.0);
@@ -320,7 +311,7 @@ TEST(CallFeatures, RevisitedOutputAccumulates) {
 TEST(CallFeatures, UnwrittenOutputIsPoison) {
   auto call = pl::pallas_call([](pl::Ref o, pl::Ref oi) { o(0) = 1.0; oi(0) = 1; },
                               {pl::ShapeDtype({4}, pl::f32), pl::ShapeDtype({4}, pl::i16)},
-                              {.interpret = true, .name = "poison"});
+                              {.name = "poison"});
   auto outs = call(std::vector<pl::Array>{});
   auto o = outs[0].to_vector<float>();
   EXPECT_EQ(o[0], 1.f);
@@ -337,7 +328,7 @@ TEST(CallFeatures, InputWritesDoNotLeak) {
         xr[pl::all] = xr[pl::all] * 10.0;
         o[pl::all] = xr[pl::all];
       },
-      pl::ShapeDtype({4}, pl::f32), {.interpret = true});
+      pl::ShapeDtype({4}, pl::f32), {});
   EXPECT_EQ(call(x).to_vector<float>(), (std::vector<float>{10, 20, 30, 40}));
   EXPECT_EQ(x.to_vector<float>(), xs);
 }
@@ -356,7 +347,6 @@ TEST(CallFeatures, MemorySpaceAny) {
       {.grid = {4},
        .in_specs = {pl::BlockSpec({32}, pl::MemorySpace::Any)},
        .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
-       .interpret = true,
        .name = "any"});
   auto o = call(pl::Array::from_vector(xs)).to_vector<float>();
   for (int k = 0; k < 32; ++k) EXPECT_EQ(o[k], xs[k] + 1);
@@ -374,7 +364,6 @@ TEST(CallFeatures, VectorFormsOfKernelAndIndexMap) {
        .in_specs = {pl::BlockSpec::with_vector_map({8}, [](const std::vector<pl::Value>& g) { return std::vector<pl::Value>{g[0]}; }),
                     pl::BlockSpec::with_vector_map({8}, [](const std::vector<pl::Value>& g) { return std::vector<pl::Value>{1 - g[0]}; })},
        .out_specs = {pl::BlockSpec::with_vector_map({8}, [](const std::vector<pl::Value>& g) { return std::vector<pl::Value>{g[0]}; })},
-       .interpret = true,
        .name = "vector_forms"});
   auto o = call(pl::Array::from_vector(xs), pl::Array::from_vector(xs)).to_vector<int32_t>();
   for (int k = 0; k < 16; ++k) EXPECT_EQ(o[k], xs[k] - xs[(k + 8) % 16]) << k;
@@ -387,7 +376,7 @@ TEST(CallFeatures, ManyProgramsInParallel) {
   pl::Array x = make_array(xs, {256, 16}, pl::f32);
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = pl::exp(xr[pl::all]) + pl::program_id(0).astype(pl::f32); },
                               pl::ShapeDtype({256, 16}, pl::f32),
-                              {.grid = {256}, .in_specs = {rows(1, 16)}, .out_specs = {rows(1, 16)}, .interpret = true});
+                              {.grid = {256}, .in_specs = {rows(1, 16)}, .out_specs = {rows(1, 16)}});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   std::vector<double> want;
   for (int i = 0; i < 256; ++i)
@@ -405,7 +394,7 @@ TEST(CallFeatures, DebugPrint) {
       },
       pl::ShapeDtype({4}, pl::i32),
       {.grid = {2}, .in_specs = {pl::BlockSpec({2}, [](pl::Value i) { return pl::idx(i); })},
-       .out_specs = {pl::BlockSpec({2}, [](pl::Value i) { return pl::idx(i); })}, .interpret = true, .name = "print"});
+       .out_specs = {pl::BlockSpec({2}, [](pl::Value i) { return pl::idx(i); })}, .name = "print"});
   ::testing::internal::CaptureStdout();
   call(pl::Array::from_vector(std::vector<int32_t>{3, 4, 5, 6}));
   std::string out = ::testing::internal::GetCapturedStdout();
@@ -427,7 +416,6 @@ TEST(CallFeatures, DebugAndJaxprText) {
                               {.grid = {2},
                                .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
                                .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-                               .interpret = true,
                                .debug = true,
                                .name = "debugged"});
   ::testing::internal::CaptureStdout();
@@ -450,7 +438,7 @@ TEST(CallFeatures, DebugAndJaxprText) {
 // trace() makes the IR available without running; the traced call then runs.
 TEST(CallFeatures, TraceBeforeRun) {
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + 1; }, pl::ShapeDtype({4}, pl::i32),
-                              {.interpret = true, .name = "pretraced"});
+                              {.name = "pretraced"});
   call.trace({pl::ShapeDtype({4}, pl::i32)});
   EXPECT_THAT(call.jaxpr_text(), HasSubstr("add"));
   EXPECT_EQ(call(pl::Array::from_vector(std::vector<int32_t>{1, 2, 3, 4})).to_vector<int32_t>(),
@@ -502,7 +490,7 @@ TEST(CallFeatures, ScratchStartsAsPoisonInEveryProgram) {
         s[pl::all] = pl::full({4}, 1.0);
       },
       pl::ShapeDtype({3, 4}, pl::f32),
-      {.grid = {3}, .scratch_shapes = {pl::ShapeDtype({4}, pl::f32)}, .interpret = true, .name = "scratch_poison"});
+      {.grid = {3}, .scratch_shapes = {pl::ShapeDtype({4}, pl::f32)}, .name = "scratch_poison"});
   for (float v : call(std::vector<pl::Array>{})[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v));
 }
 
@@ -516,7 +504,7 @@ TEST(CallFeatures, InterleavedRevisits) {
         o[pl::all] = o[pl::all] * 10 + (i + 1);
       },
       pl::ShapeDtype({2}, pl::i32),
-      {.grid = {6}, .out_specs = {pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i % 2); })}, .interpret = true, .name = "interleaved"});
+      {.grid = {6}, .out_specs = {pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i % 2); })}, .name = "interleaved"});
   EXPECT_EQ(call(std::vector<pl::Array>{})[0].to_vector<int32_t>(), (std::vector<int32_t>{135, 246}));
 }
 
@@ -535,7 +523,6 @@ TEST(CallFeatures, DynamicBoundsWithPrefetchAndAlias) {
        .out_specs = {pl::BlockSpec({1, 4}, [](pl::Value i, pl::Ref) { return pl::idx(i, 0); })},
        .num_scalar_prefetch = 1,
        .input_output_aliases = {{2, 0}},
-       .interpret = true,
        .name = "all_together"});
   auto o = call(pl::Array::scalar<int32_t>(3), pl::Array::from_vector(perm), pl::Array::from_vector(xs, {4, 4}),
                 pl::Array::from_vector(ys, {4, 4}))
@@ -548,7 +535,7 @@ TEST(CallFeatures, DynamicBoundsWithPrefetchAndAlias) {
 // A grid with an axis of size zero runs no programs; a grid of rank 5 runs them all.
 TEST(CallFeatures, EmptyAndHighRankGrids) {
   auto none = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({4}); }, pl::ShapeDtype({4}, pl::f32),
-                              {.grid = {3, 0}, .interpret = true, .name = "empty_grid"});
+                              {.grid = {3, 0}, .name = "empty_grid"});
   for (float v : none(std::vector<pl::Array>{})[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v));
   auto five = pl::pallas_call(
       [](pl::Ref o) {
@@ -556,7 +543,7 @@ TEST(CallFeatures, EmptyAndHighRankGrids) {
         for (int a = 1; a < 5; ++a) lin = lin * 2 + pl::program_id(a);
         o(lin) = lin;
       },
-      pl::ShapeDtype({32}, pl::i32), {.grid = {2, 2, 2, 2, 2}, .interpret = true, .name = "grid5"});
+      pl::ShapeDtype({32}, pl::i32), {.grid = {2, 2, 2, 2, 2}, .name = "grid5"});
   auto o = five(std::vector<pl::Array>{})[0].to_vector<int32_t>();
   for (int k = 0; k < 32; ++k) EXPECT_EQ(o[k], k);
 }
@@ -581,7 +568,6 @@ TEST(CallFeatures, IndexingInsideStridedAndEdgeBlocks) {
                     pl::BlockSpec({3}, [](pl::Value, pl::Value) { return pl::idx(0); })},
        .out_specs = {pl::BlockSpec({4, 3}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); }),
                      pl::BlockSpec({4, 4}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); })},
-       .interpret = true,
        .name = "strided_blocks"});
   auto outs = call({pl::Array::from_vector(xs, {6, 8}), pl::Array::from_vector(idx)});
   auto g = outs[0].to_vector<float>(), o = outs[1].to_vector<float>();
@@ -612,7 +598,7 @@ TEST(CallFeatures, IndexingInsideStridedAndEdgeBlocks) {
 TEST(CallFeatures, RankLimitIsAnError) {
   pl::Shape s(9, 1);
   auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype(s, pl::f32),
-                              {.interpret = true, .name = "rank9"});
+                              {.name = "rank9"});
   EXPECT_TRUE(throws_error([&] { call(pl::Array::full(s, 1.0, pl::f32)); }, {"kernel 'rank9'", "rank 9", "8"}));
 }
 
@@ -625,7 +611,7 @@ namespace {
 TEST(CallFeatures, BlockSpecWithoutIndexMap) {
   std::vector<int32_t> xs{1, 2, 3, 4, 5, 6, 7, 8};
   auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o(pl::program_id(0)) = pl::sum(x[pl::all]); }, pl::ShapeDtype({2}, pl::i32),
-                              {.grid = {2}, .in_specs = {pl::BlockSpec(pl::Shape{4})}, .interpret = true, .name = "no_map"});
+                              {.grid = {2}, .in_specs = {pl::BlockSpec(pl::Shape{4})}, .name = "no_map"});
   EXPECT_EQ(call(pl::Array::from_vector(xs)).to_vector<int32_t>(), (std::vector<int32_t>{10, 10}));
 }
 
@@ -656,7 +642,7 @@ TEST(CallFeatures, ConcurrentCallsFromThreads) {
   for (int k = 0; k < 64; ++k) xs[k] = static_cast<float>(k);
   pl::Array x = pl::Array::from_vector(xs, {8, 8});
   auto shared = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] * 2.0; }, pl::ShapeDtype({8, 8}, pl::f32),
-                                {.grid = {8}, .in_specs = {rows(1, 8)}, .out_specs = {rows(1, 8)}, .interpret = true, .name = "shared"});
+                                {.grid = {8}, .in_specs = {rows(1, 8)}, .out_specs = {rows(1, 8)}, .name = "shared"});
   std::vector<int> bad(4, 0);
   std::vector<std::thread> ts;
   for (int t = 0; t < 4; ++t)
@@ -664,7 +650,7 @@ TEST(CallFeatures, ConcurrentCallsFromThreads) {
       for (int rep = 0; rep < 10; ++rep) {
         float add = static_cast<float>(t * 100 + rep);
         auto own = pl::pallas_call([add](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + add; }, pl::ShapeDtype({8, 8}, pl::f32),
-                                   {.grid = {2}, .in_specs = {rows(4, 8)}, .out_specs = {rows(4, 8)}, .interpret = true});
+                                   {.grid = {2}, .in_specs = {rows(4, 8)}, .out_specs = {rows(4, 8)}});
         auto a = own(x).to_vector<float>();
         auto b = shared(x).to_vector<float>();
         for (int k = 0; k < 64; ++k) bad[t] += (a[k] != xs[k] + add) + (b[k] != 2 * xs[k]);

@@ -25,7 +25,6 @@ pl::Call make_golden(const std::string& name = "golden") {
                          {.grid = {2},
                           .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); }), pl::BlockSpec({8}, [](pl::Value) { return pl::idx(0); })},
                           .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-                          .interpret = true,
                           .name = name});
 }
 
@@ -79,11 +78,11 @@ TEST(IR, StructuralHash) {
     c.trace({pl::ShapeDtype({n}, t)});
     return pallas::ir::structural_hash(*traced(c).kernel);
   };
-  auto exp1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
-  auto exp2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
-  auto log1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::log(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
-  auto exp16 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f16), {.interpret = true});
-  auto exp4 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({4}, pl::f32), {.interpret = true});
+  auto exp1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {});
+  auto exp2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {});
+  auto log1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::log(x[pl::all]); }, pl::ShapeDtype({8}, pl::f32), {});
+  auto exp16 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({8}, pl::f16), {});
+  auto exp4 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({4}, pl::f32), {});
   uint64_t h1 = kernel_hash(exp1, pl::f32, 8);
   EXPECT_EQ(h1, kernel_hash(exp2, pl::f32, 8));
   EXPECT_NE(h1, kernel_hash(log1, pl::f32, 8));
@@ -95,11 +94,11 @@ TEST(IR, StructuralHash) {
   g2.trace({pl::ShapeDtype({16}, pl::f32), pl::ShapeDtype({8}, pl::f32)});
   EXPECT_NE(traced(g1).hash(), traced(g2).hash());
   // literals of different values and params of different values differ
-  auto c1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.0; }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
-  auto c2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 2.0; }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
+  auto c1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.0; }, pl::ShapeDtype({8}, pl::f32), {});
+  auto c2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 2.0; }, pl::ShapeDtype({8}, pl::f32), {});
   EXPECT_NE(kernel_hash(c1, pl::f32, 8), kernel_hash(c2, pl::f32, 8));
-  auto s1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sum(x[pl::all], 0); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
-  auto s2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sum(x[pl::all], 1); }, pl::ShapeDtype({8}, pl::f32), {.interpret = true});
+  auto s1 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sum(x[pl::all], 0); }, pl::ShapeDtype({8}, pl::f32), {});
+  auto s2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sum(x[pl::all], 1); }, pl::ShapeDtype({8}, pl::f32), {});
   s1.trace({pl::ShapeDtype({8, 8}, pl::f32)});
   s2.trace({pl::ShapeDtype({8, 8}, pl::f32)});
   EXPECT_NE(pallas::ir::structural_hash(*traced(s1).kernel), pallas::ir::structural_hash(*traced(s2).kernel));

@@ -57,7 +57,7 @@ TEST(Control, ForiLoopDynamicAndEmptyBounds) {
         });
         o3(p) = n;
       },
-      std::vector<pl::ShapeDtype>(3, pl::ShapeDtype({6}, pl::i32)), {.grid = {6}, .interpret = true, .name = "dyn_loop"});
+      std::vector<pl::ShapeDtype>(3, pl::ShapeDtype({6}, pl::i32)), {.grid = {6}, .name = "dyn_loop"});
   auto outs = call(std::vector<pl::Array>{});
   EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{0, 0, 1, 3, 6, 10}));
   EXPECT_EQ(outs[1].to_vector<int32_t>(), std::vector<int32_t>(6, 7));
@@ -137,7 +137,7 @@ TEST(Control, CondAndWhen) {
         pl::when(i == 3, [&] { o3(i) = row; });
         pl::cond(i == 1, [&] { o3(i) = -row; }, [] {});  // effects only, no results
       },
-      std::vector<pl::ShapeDtype>(3, pl::ShapeDtype({4, 8}, pl::f32)), {.grid = {4}, .interpret = true, .name = "cond"});
+      std::vector<pl::ShapeDtype>(3, pl::ShapeDtype({4, 8}, pl::f32)), {.grid = {4}, .name = "cond"});
   auto outs = call({x});
   auto o1 = to_doubles(outs[0]), o2 = to_doubles(outs[1]), o3 = to_doubles(outs[2]);
   for (int i = 0; i < 4; ++i)
@@ -156,7 +156,7 @@ TEST(Control, CondJoinsWeakScalar) {
         pl::Value i = pl::program_id(0);
         o(i) = pl::cond(i == 0, [&] { return pl::Value(xr(i)); }, [] { return pl::Value(0.0); });
       },
-      pl::ShapeDtype({2, 4}, pl::bf16), {.grid = {2}, .interpret = true, .name = "join"});
+      pl::ShapeDtype({2, 4}, pl::bf16), {.grid = {2}, .name = "join"});
   pl::Array x = make_array({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}, pl::bf16);
   EXPECT_EQ(to_doubles(call(x)), (std::vector<double>{1, 2, 3, 4, 0, 0, 0, 0}));
 }
@@ -173,7 +173,7 @@ TEST(Control, SwitchCase) {
                                  {pl::Value::constant(1, pl::i32)});
         o(pl::program_id(0)) = r[0];
       },
-      pl::ShapeDtype({6}, pl::i32), {.grid = {6}, .interpret = true, .name = "switch"});
+      pl::ShapeDtype({6}, pl::i32), {.grid = {6}, .name = "switch"});
   EXPECT_EQ(call(std::vector<pl::Array>{})[0].to_vector<int32_t>(), (std::vector<int32_t>{10, 10, 20, 30, 30, 30}));
 }
 
@@ -185,7 +185,7 @@ TEST(Control, ProgramIdAndNumPrograms) {
         pl::Value n = pl::num_programs(0) * 100 + pl::num_programs(1) * 10 + pl::num_programs(2);
         o(a, b, c) = n * 1000 + a * 100 + b * 10 + c;
       },
-      pl::ShapeDtype({2, 3, 4}, pl::i32), {.grid = {2, 3, 4}, .interpret = true, .name = "pid"});
+      pl::ShapeDtype({2, 3, 4}, pl::i32), {.grid = {2, 3, 4}, .name = "pid"});
   auto got = call(std::vector<pl::Array>{})[0].to_vector<int32_t>();
   for (int a = 0; a < 2; ++a)
     for (int b = 0; b < 3; ++b)
@@ -248,7 +248,7 @@ TEST(Control, UnrollI64BoundsAndStridedDynamicSlice) {
         o3(p) = xr(pl::ds(p * 2, 4, 3));  // elements 2p, 2p+3, 2p+6, 2p+9
       },
       {pl::ShapeDtype({2}, pl::i32), pl::ShapeDtype({2}, pl::i64), pl::ShapeDtype({2, 4}, pl::i32)},
-      {.grid = {2}, .interpret = true, .name = "unroll"});
+      {.grid = {2}, .name = "unroll"});
   auto outs = call({pl::Array::from_vector(xs)});
   EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{45, 45}));
   EXPECT_EQ(outs[1].to_vector<int64_t>(), (std::vector<int64_t>{30, 30}));

@@ -165,7 +165,6 @@ TEST(Dot, BlockedMatmulWithKLoop) {
        .in_specs = {pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
                     pl::BlockSpec({K, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
        .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-       .interpret = true,
        .name = "matmul"});
   pl::Array c = call(a, b);
   auto want = ref_dot(av, bv, M, K, N, false, false);

@@ -53,7 +53,7 @@ TEST(MemoryOps, DynamicSlicesAndIndices) {
         o3(i) = xr(i, pl::ds(1, 8, 2));                                 // static ds with stride 2
       },
       {pl::ShapeDtype({8, 16}, pl::f32), pl::ShapeDtype({4, 8}, pl::f32), pl::ShapeDtype({4, 8}, pl::f32)},
-      {.grid = {4}, .interpret = true, .name = "dyn"});
+      {.grid = {4}, .name = "dyn"});
   auto outs = call({x});
   auto o1 = outs[0].to_vector<float>(), o2 = outs[1].to_vector<float>(), o3 = outs[2].to_vector<float>();
   EXPECT_EQ(o1, xs);
@@ -169,7 +169,7 @@ TEST(MemoryOps, OutOfBoundsDynamicSlice) {
         o2[pl::all] = pl::full({32}, -1.0);
         o2(pl::ds(start, 8)) = pl::full({8}, 2.0);  // only 28..31 land
       },
-      {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({32}, pl::f32)}, {.grid = {1}, .interpret = true, .name = "oob"});
+      {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({32}, pl::f32)}, {.grid = {1}, .name = "oob"});
   auto outs = call({pl::Array::from_vector(xs)});
   auto o1 = outs[0].to_vector<float>(), o2 = outs[1].to_vector<float>();
   for (int k = 0; k < 8; ++k) {
@@ -204,7 +204,7 @@ TEST(MemoryOps, MaskedStore) {
         pl::store(o, {pl::all}, xr[pl::all], {.mask = m});
         (void)yr;
       },
-      pl::ShapeDtype({32}, pl::f32), {.input_output_aliases = {{1, 0}}, .interpret = true, .name = "mstore"});
+      pl::ShapeDtype({32}, pl::f32), {.input_output_aliases = {{1, 0}}, .name = "mstore"});
   pl::Array y = pl::Array::from_vector(ys);
   auto o = call(pl::Array::from_vector(xs), y).to_vector<float>();
   for (int k = 0; k < 32; ++k) EXPECT_EQ(o[k], k % 3 == 1 ? xs[k] : ys[k]) << k;
@@ -314,7 +314,6 @@ TEST(Atomics, AddAcrossPrograms) {
       {.grid = {8},
        .in_specs = {pl::BlockSpec({pl::squeezed, 16}, [](pl::Value i) { return pl::idx(i, 0); })},
        .out_specs = {pl::BlockSpec({16}, [](pl::Value) { return pl::idx(0); })},
-       .interpret = true,
        .name = "atomic_sum"});
   auto o = to_doubles(call(x));
   auto xv = to_doubles(x);
@@ -390,7 +389,7 @@ TEST(Atomics, ScalarAndSlice) {
         pl::atomic_add(o, {}, i + 1);
         pl::atomic_max(t, {pl::slice(0, 4)}, pl::full({4}, 1.0, pl::i32) * i);
       },
-      {pl::ShapeDtype({}, pl::i32), pl::ShapeDtype({8}, pl::i32)}, {.grid = {5}, .interpret = true, .name = "scalar_atomic"});
+      {pl::ShapeDtype({}, pl::i32), pl::ShapeDtype({8}, pl::i32)}, {.grid = {5}, .name = "scalar_atomic"});
   auto outs = call(std::vector<pl::Array>{});
   EXPECT_EQ(outs[0].to_vector<int32_t>(), std::vector<int32_t>{15});
   EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{4, 4, 4, 4, 0, 0, 0, 0}));
@@ -440,7 +439,7 @@ TEST(MemoryOps, MaskedOutOfBoundsTail) {
         pl::Value v = pl::load(xr, {pl::ds(start, 4)}, {.mask = m, .other = 0.0});
         pl::store(o, {pl::ds(start, 4)}, v * 2.0 + pl::sum(v), {.mask = m});
       },
-      pl::ShapeDtype({n}, pl::f32), {.grid = {3}, .interpret = true, .name = "tail"});
+      pl::ShapeDtype({n}, pl::f32), {.grid = {3}, .name = "tail"});
   auto o = call(pl::Array::from_vector(xs)).to_vector<float>();
   for (int k = 0; k < n; ++k) {
     int b = k / 4;
@@ -493,7 +492,6 @@ TEST(MemoryOps, BlockEntirelyOutside) {
       {.grid = {3},
        .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); })},
        .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); }), pl::BlockSpec({3}, [](pl::Value) { return pl::idx(0); })},
-       .interpret = true,
        .name = "outside"});
   auto outs = call({pl::Array::from_vector(xs)});
   auto o = outs[0].to_vector<float>();

@@ -27,12 +27,12 @@ pl::Array iota_f32(int64_t n) {
 TEST(SemanticsFixes, NonPositiveStridesAreErrorsNotCrashes) {
   auto zero = [] {
     pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::slice(0, 4, 0)]; }, pl::ShapeDtype({4}, pl::f32),
-                    {.interpret = true, .name = "zero_step"})(iota_f32(4));
+                    {.name = "zero_step"})(iota_f32(4));
   };
   EXPECT_THAT(error_of(zero), HasSubstr("step 0 must be positive"));
   auto neg = [] {
     pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::ds(pl::program_id(0) + 3, 4, -1)]; },
-                    pl::ShapeDtype({4}, pl::f32), {.grid = {1}, .interpret = true, .name = "neg_stride"})(iota_f32(4));
+                    pl::ShapeDtype({4}, pl::f32), {.grid = {1}, .name = "neg_stride"})(iota_f32(4));
   };
   std::string m = error_of(neg);
   EXPECT_THAT(m, HasSubstr("neg_stride"));
@@ -45,11 +45,11 @@ TEST(SemanticsFixes, IntegerPredicatesAreTrueWhenNonZero) {
         pl::Value p = pl::program_id(0) - 1;  // -1, 0, 1
         o[pl::program_id(0)] = pl::cond(p, [] { return pl::Value(1.f); }, [] { return pl::Value(0.f); });
       },
-      pl::ShapeDtype({3}, pl::f32), {.grid = {3}, .interpret = true});
+      pl::ShapeDtype({3}, pl::f32), {.grid = {3}});
   EXPECT_EQ(call({}).at(0).to_vector<float>(), (std::vector<float>{1, 0, 1}));
   auto tile = [] {
     pl::pallas_call([](pl::Ref x, pl::Ref o) { pl::when(x[pl::all] > 0.f, [&] { o[pl::all] = x[pl::all]; }); },
-                    pl::ShapeDtype({4}, pl::f32), {.interpret = true, .name = "tile_pred"})(iota_f32(4));
+                    pl::ShapeDtype({4}, pl::f32), {.name = "tile_pred"})(iota_f32(4));
   };
   EXPECT_THAT(error_of(tile), HasSubstr("predicate must be a scalar"));
 }
@@ -57,7 +57,7 @@ TEST(SemanticsFixes, IntegerPredicatesAreTrueWhenNonZero) {
 TEST(SemanticsFixes, NegativeShapesAreRefused) {
   auto bad = [] {
     pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::sum(pl::broadcast_to(pl::Value(1.f), {-5, -3})) + pl::zeros({4}); },
-                    pl::ShapeDtype({4}, pl::f32), {.interpret = true, .name = "neg_shape"})({});
+                    pl::ShapeDtype({4}, pl::f32), {.name = "neg_shape"})({});
   };
   std::string m = error_of(bad);
   EXPECT_THAT(m, HasSubstr("neg_shape"));
@@ -70,7 +70,7 @@ TEST(SemanticsFixes, WritingAScalarPrefetchRefLeavesTheCallersArray) {
         s[0] = pl::Value(7);
         o[pl::all] = x[pl::all];
       },
-      pl::ShapeDtype({4}, pl::f32), {.grid = {2}, .num_scalar_prefetch = 1, .interpret = true});
+      pl::ShapeDtype({4}, pl::f32), {.grid = {2}, .num_scalar_prefetch = 1});
   pl::Array s = pl::Array::from_vector(std::vector<int32_t>{0});
   call(s, iota_f32(4));
   EXPECT_EQ(s.to_vector<int32_t>(), std::vector<int32_t>{0});

@@ -228,7 +228,7 @@ inline std::string error_of(const std::function<void()>& f) {
 // A whole-array call in interpret mode.
 template <class K>
 pl::Call interp_call(K kernel, std::vector<pl::ShapeDtype> outs, std::string name = "test") {
-  return pl::pallas_call(std::move(kernel), std::move(outs), pl::CallOptions{.interpret = true, .name = std::move(name)});
+  return pl::pallas_call(std::move(kernel), std::move(outs), pl::CallOptions{.name = std::move(name)});
 }
 
 // o = f(x) over a [rows, cols] array in row blocks (grid of 2), so blocks are views.
@@ -244,7 +244,6 @@ pl::Array run_unary(F f, const pl::Array& x, pl::DType out) {
       {.grid = {2},
        .in_specs = {pl::BlockSpec({rows / 2, cols}, [](pl::Value i) { return pl::idx(i, 0); })},
        .out_specs = {pl::BlockSpec({rows / 2, cols}, [](pl::Value i) { return pl::idx(i, 0); })},
-       .interpret = true,
        .name = "unary"});
   return call(x);
 }
@@ -259,7 +258,7 @@ pl::Array run_binary(F f, const pl::Array& x, const pl::Array& y, pl::DType out)
         o[pl::all] = f(a, b);
       },
       pl::ShapeDtype(x.shape(), out),
-      {.grid = {2}, .in_specs = {spec(), spec()}, .out_specs = {spec()}, .interpret = true, .name = "binary"});
+      {.grid = {2}, .in_specs = {spec(), spec()}, .out_specs = {spec()}, .name = "binary"});
   return call(x, y);
 }
 

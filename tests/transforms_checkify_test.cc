@@ -20,7 +20,6 @@ pl::Call shifted(int64_t shift, const char* name) {
                          {.grid = {4},
                           .in_specs = {pl::BlockSpec({8}, [shift](V i) { return pl::idx(i + shift); })},
                           .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-                          .interpret = true,
                           .name = name});
 }
 }  // namespace
@@ -38,8 +37,7 @@ TEST_P(TransformsCheckify, SilentOnGoodCalls) {
   auto edge = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({30}, pl::f32),
                               {.grid = {4},
                                .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-                               .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-                               .interpret = true});
+                               .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })}});
   EXPECT_TRUE(checkify_(edge)(pl::random::normal({30}, pl::f32, 2)).error.ok());
 }
 
@@ -61,8 +59,7 @@ TEST_P(TransformsCheckify, CatchesOutOfBoundsIndexMaps) {
   auto out2 = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({16, 16}, pl::f32),
                               {.grid = {2, 2},
                                .in_specs = {pl::BlockSpec({8, 8}, [](V i, V j) { return pl::idx(i, j); })},
-                               .out_specs = {pl::BlockSpec({8, 8}, [](V i, V j) { return pl::idx(i, j * 2); })},
-                               .interpret = true});
+                               .out_specs = {pl::BlockSpec({8, 8}, [](V i, V j) { return pl::idx(i, j * 2); })}});
   auto e2 = checkify_(out2)(pl::random::normal({16, 16}, pl::f32, 3)).error;
   ASSERT_FALSE(e2.ok());
   EXPECT_EQ(e2.program_id(), (std::vector<int64_t>{0, 1}));
@@ -79,8 +76,7 @@ TEST_P(TransformsCheckify, CatchesFailingUserChecks) {
       pl::ShapeDtype({32}, pl::f32),
       {.grid = {4},
        .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })}});
   std::vector<float> xs(32, 1.0f);
   xs[21] = -3.0f;  // block 2
   xs[30] = -1.0f;  // block 3: a later failure
@@ -102,13 +98,13 @@ TEST_P(TransformsCheckify, CatchesFailingUserChecks) {
           o[i] = e;
         });
       },
-      pl::ShapeDtype({8}, pl::f32), {.interpret = true});
+      pl::ShapeDtype({8}, pl::f32), {});
   std::vector<float> ys(8, 0.0f);
   ys[5] = 11.0f;
   auto le = checkify_(loop)(pl::Array::from_vector(ys, {8})).error;
   EXPECT_EQ(le.message(), "element 5 is 11");
   EXPECT_THROW_MSG(pl::pallas_call([](pl::Ref x, pl::Ref o) { pl::check(x[0] > 0.0f, "no holes", x[0]); },
-                                   pl::ShapeDtype({8}, pl::f32), {.interpret = true})(pl::Array::zeros({8}, pl::f32)),
+                                   pl::ShapeDtype({8}, pl::f32), {})(pl::Array::zeros({8}, pl::f32)),
                    "placeholders");
 }
 
@@ -122,8 +118,7 @@ TEST_P(TransformsCheckify, CheckifyOfVmap) {
       pl::ShapeDtype({16}, pl::f32),
       {.grid = {2},
        .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })}});
   std::vector<float> xs(3 * 16, 0.0f);
   xs[2 * 16 + 9] = 500.0f;  // batch 2, block 1
   pl::Array x = pl::Array::from_vector(xs, {3, 16});
@@ -149,7 +144,7 @@ TEST(TransformsCheckifyOutputs, ErrorOutputsAreOrdinaryOutputs) {
         o[pl::all] = x[pl::all];
       },
       pl::ShapeDtype({4}, pl::f32), {.grid = {2}, .in_specs = {pl::BlockSpec({2}, [](V i) { return pl::idx(i); })},
-                                     .out_specs = {pl::BlockSpec({2}, [](V i) { return pl::idx(i); })}, .interpret = true});
+                                     .out_specs = {pl::BlockSpec({2}, [](V i) { return pl::idx(i); })}});
   const auto& pc = call.trace({pl::ShapeDtype({4}, pl::f32)}).state()->get({pl::ShapeDtype({4}, pl::f32)});
   auto sc = pallas::transforms::slot_pallas_call(pc);
   ASSERT_EQ(sc.call.grid.outputs.size(), 3u);

@@ -14,14 +14,13 @@ const pl::ShapeDtype kS({4, 8}, pl::f64);
 
 pl::Call unary_call(std::function<V(V)> f) {
   return pl::pallas_call([f](pl::Ref x, pl::Ref o) { o[pl::all] = f(x[pl::all]); }, kS,
-                         {.grid = {2}, .in_specs = {tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}, .interpret = true});
+                         {.grid = {2}, .in_specs = {tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}});
 }
 pl::Call binary_call(std::function<V(V, V)> f) {
   return pl::pallas_call([f](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = f(x[pl::all], y[pl::all]); }, kS,
                          {.grid = {2},
                           .in_specs = {tu::rows(2, 8), tu::rows(2, 8)},
-                          .out_specs = {tu::rows(2, 8)},
-                          .interpret = true});
+                          .out_specs = {tu::rows(2, 8)}});
 }
 pl::Array U(double lo, double hi, uint64_t seed) { return pl::random::uniform({4, 8}, pl::f64, seed, lo, hi); }
 pl::Array N(uint64_t seed) { return pl::random::normal({4, 8}, pl::f64, seed); }
@@ -149,7 +148,7 @@ TEST(TransformsJvp, IntegerInputsAndOutputs) {
         o[pl::all] = x[pl::all] * n[pl::all].astype(pl::f64);
         c[pl::all] = n[pl::all] * 2;
       },
-      std::vector<pl::ShapeDtype>{kS, pl::ShapeDtype({4, 8}, pl::i32)}, {.interpret = true});
+      std::vector<pl::ShapeDtype>{kS, pl::ShapeDtype({4, 8}, pl::i32)}, {});
   pl::Array x = U(-1, 1, 3), n = pl::random::randint({4, 8}, pl::i32, 4, -3, 3);
   auto [outs, tans] = pl::jvp(call, {x, n}, {N(5), pl::Array()});
   ASSERT_EQ(tans.size(), 2u);
@@ -194,7 +193,7 @@ TEST(TransformsJvp, ControlFlowCarriesTangents) {
       },
       kS,
       {.grid = {2}, .in_specs = {tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)},
-       .scratch_shapes = {pl::ShapeDtype({2, 8}, pl::f64)}, .interpret = true});
+       .scratch_shapes = {pl::ShapeDtype({2, 8}, pl::f64)}});
   tu::expect_jvp_matches_fd(scratch, {U(-1, 1, 10)}, {N(11)});
 }
 
@@ -211,7 +210,7 @@ TEST(TransformsJvp, RefOpsSwapAddupdateAtomicsMasks) {
         V m = pl::iota(pl::i32, {4, 8}, 1) < 5;
         pl::store(o, {pl::all}, pl::load(x, {pl::all}, {.mask = m, .other = 0.0}) * v, {.mask = m});
       },
-      kS, {.interpret = true});
+      kS, {});
   tu::expect_jvp_matches_fd(call, {U(-1, 1, 12)}, {N(13)});
 }
 
@@ -228,7 +227,6 @@ TEST(TransformsJvp, MatmulWithAccumulationOverGrid) {
        .in_specs = {pl::BlockSpec({8, bk}, [](V i, V k) { return pl::idx(i, k); }),
                     pl::BlockSpec({bk, N2}, [](V, V k) { return pl::idx(k, 0); })},
        .out_specs = {pl::BlockSpec({8, N2}, [](V i, V) { return pl::idx(i, 0); })},
-       .interpret = true,
        .cost_estimate = pl::CostEstimate{100, 0, 10}});
   pl::Array a = pl::random::normal({M, K}, pl::f64, 1), b = pl::random::normal({K, N2}, pl::f64, 2);
   tu::expect_jvp_matches_fd(mm, {a, b}, {pl::random::normal({M, K}, pl::f64, 3), pl::random::normal({K, N2}, pl::f64, 4)});
@@ -246,7 +244,7 @@ TEST(TransformsJvp, SoftmaxAndLayerNorm) {
         V e = pl::exp(v - pl::max(v, 1, true));
         o[pl::all] = e / pl::sum(e, 1, true);
       },
-      kS, {.grid = {2}, .in_specs = {tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}, .interpret = true});
+      kS, {.grid = {2}, .in_specs = {tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}});
   tu::expect_jvp_matches_fd(softmax, {N(1)}, {N(2)});
   auto ln = pl::pallas_call(
       [](pl::Ref x, pl::Ref w, pl::Ref b, pl::Ref o) {
@@ -260,8 +258,7 @@ TEST(TransformsJvp, SoftmaxAndLayerNorm) {
       {.grid = {2},
        .in_specs = {tu::rows(2, 8), pl::BlockSpec({1, 8}, [](V) { return pl::idx(0, 0); }),
                     pl::BlockSpec({1, 8}, [](V) { return pl::idx(0, 0); })},
-       .out_specs = {tu::rows(2, 8)},
-       .interpret = true});
+       .out_specs = {tu::rows(2, 8)}});
   pl::Array w = pl::random::normal({1, 8}, pl::f64, 5), b = pl::random::normal({1, 8}, pl::f64, 6);
   tu::expect_jvp_matches_fd(ln, {N(3), w, b},
                             {N(4), pl::random::normal({1, 8}, pl::f64, 7), pl::random::normal({1, 8}, pl::f64, 8)});
@@ -289,8 +286,7 @@ TEST(TransformsJvp, FlashAttentionLike) {
       {.grid = {S / bq},
        .in_specs = {tu::rows(bq, D), pl::BlockSpec({S, D}, [](V) { return pl::idx(0, 0); }),
                     pl::BlockSpec({S, D}, [](V) { return pl::idx(0, 0); })},
-       .out_specs = {tu::rows(bq, D)},
-       .interpret = true});
+       .out_specs = {tu::rows(bq, D)}});
   auto r = [](uint64_t s) { return pl::random::normal({S, D}, pl::f64, s); };
   tu::expect_jvp_matches_fd(attn, {r(1), r(2), r(3)}, {r(4), r(5), r(6)});
   tu::expect_jvp_matches_fd(attn, {r(1), r(2), r(3)}, {pl::Array(), r(5), pl::Array()});
@@ -299,24 +295,24 @@ TEST(TransformsJvp, FlashAttentionLike) {
 // ---- refused cases ----
 TEST(TransformsJvp, RefusedCases) {
   auto dyn = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f64),
-                             {.grid = {pl::dynamic}, .interpret = true, .name = "dyn_kernel"});
+                             {.grid = {pl::dynamic}, .name = "dyn_kernel"});
   pl::Array x = pl::random::normal({8}, pl::f64, 1);
   EXPECT_THROW_MSG(pl::jvp(dyn, {pl::Array::scalar<int32_t>(1), x}, {pl::Array(), x}), "dyn_kernel",
                    "dynamic grid bounds");
   auto pre = pl::pallas_call([](pl::Ref s, pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; },
-                             pl::ShapeDtype({8}, pl::f64), {.num_scalar_prefetch = 1, .interpret = true, .name = "pre_kernel"});
+                             pl::ShapeDtype({8}, pl::f64), {.num_scalar_prefetch = 1, .name = "pre_kernel"});
   EXPECT_THROW_MSG(pl::jvp(pre, {pl::Array::scalar<int32_t>(0), x}, {pl::Array(), x}), "pre_kernel", "scalar prefetch");
   auto ali = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0; }, pl::ShapeDtype({8}, pl::f64),
-                             {.input_output_aliases = {{0, 0}}, .interpret = true, .name = "alias_kernel"});
+                             {.input_output_aliases = {{0, 0}}, .name = "alias_kernel"});
   EXPECT_THROW_MSG(pl::jvp(ali, {x}, {x}), "alias_kernel", "input_output_aliases");
   auto amax = pl::pallas_call([](pl::Ref x, pl::Ref o) {
                                 o[pl::all] = pl::zeros({8}, pl::f64);
                                 pl::atomic_max(o, {pl::all}, x[pl::all]);
                               },
-                              pl::ShapeDtype({8}, pl::f64), {.interpret = true, .name = "amax_kernel"});
+                              pl::ShapeDtype({8}, pl::f64), {.name = "amax_kernel"});
   EXPECT_THROW_MSG(pl::jvp(amax, {x}, {x}), "amax_kernel", "atomic_max");
   auto one = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f64),
-                             {.interpret = true, .name = "k"});
+                             {.name = "k"});
   EXPECT_THROW_MSG(pl::jvp(one, {x}, {}), "one tangent per input");
   EXPECT_THROW_MSG(pl::jvp(one, {x}, {pl::Array::zeros({4}, pl::f64)}), "tangent 0");
 }

@@ -48,8 +48,7 @@ pl::Call add_call() {
       pl::ShapeDtype({32}, pl::f32),
       {.grid = {4},
        .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); }), pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })}});
 }
 pl::Array R(pl::Shape s, uint64_t seed) { return pl::random::normal(s, pl::f32, seed); }
 }  // namespace
@@ -88,7 +87,7 @@ TEST(TransformsVmap, GridAndBlockMappings) {
   EXPECT_TRUE(tu::contains(pc.text(), "program_id[axis=1]"));
   EXPECT_TRUE(tu::contains(vm.jaxpr_text(), "vmap of"));
   auto withcost = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f32),
-                                  {.interpret = true, .cost_estimate = pl::CostEstimate{10, 2, 64}});
+                                  {.cost_estimate = pl::CostEstimate{10, 2, 64}});
   auto vc = pl::vmap(withcost, {0});
   vc.trace({pl::ShapeDtype({5, 8}, pl::f32)});
   EXPECT_EQ(vc.state()->traced->cost_estimate->flops, 50);
@@ -120,8 +119,7 @@ TEST(TransformsVmap, MatmulAndReductionAcrossGrid) {
       {.grid = {2, 4},
        .in_specs = {pl::BlockSpec({8, 4}, [](V i, V k) { return pl::idx(i, k); }),
                     pl::BlockSpec({4, 8}, [](V, V k) { return pl::idx(k, 0); })},
-       .out_specs = {pl::BlockSpec({8, 8}, [](V i, V) { return pl::idx(i, 0); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({8, 8}, [](V i, V) { return pl::idx(i, 0); })}});
   pl::Array a = R({16, 3, 16}, 1), b = R({16, 8}, 2);
   Axes axes{1, std::nullopt};
   expect_same(pl::vmap(mm, axes)({a, b}), loop_ref(mm, {a, b}, axes, 3));
@@ -137,8 +135,7 @@ TEST(TransformsVmap, ScalarPrefetchAndDynamicGridFallBackToALoop) {
       {.grid = {4},
        .in_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref t) { return pl::idx(t[i], 0); })},
        .out_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref) { return pl::idx(i, 0); })},
-       .num_scalar_prefetch = 1,
-       .interpret = true});
+       .num_scalar_prefetch = 1});
   pl::Array tbl = pl::Array::from_vector(std::vector<int32_t>{3, 1, 0, 2, 0, 0, 1, 1}, {2, 4});
   pl::Array x = R({4, 8}, 1);
   Axes axes{0, std::nullopt};
@@ -154,8 +151,7 @@ TEST(TransformsVmap, ScalarPrefetchAndDynamicGridFallBackToALoop) {
       pl::ShapeDtype({16}, pl::f32),
       {.grid = {pl::dynamic},
        .in_specs = {pl::BlockSpec({4}, [](V i) { return pl::idx(i); })},
-       .out_specs = {pl::BlockSpec({4}, [](V i) { return pl::idx(i); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({4}, [](V i) { return pl::idx(i); })}});
   pl::Array n = pl::Array::from_vector(std::vector<int32_t>{4, 4, 4}, {3});
   pl::Array xs = R({3, 16}, 4);
   auto got = pl::vmap(dyn, {0, 0})({n, xs});
@@ -170,7 +166,7 @@ TEST(TransformsVmap, ScalarPrefetchAndDynamicGridFallBackToALoop) {
 
 TEST(TransformsVmap, AliasedInputsAreMovedOrBroadcast) {
   auto acc = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; },
-                             pl::ShapeDtype({8}, pl::f32), {.input_output_aliases = {{0, 0}}, .interpret = true});
+                             pl::ShapeDtype({8}, pl::f32), {.input_output_aliases = {{0, 0}}});
   pl::Array x = R({8, 3}, 1), y = R({3, 8}, 2);
   Axes axes{1, 0};
   expect_same(pl::vmap(acc, axes)({x, y}), loop_ref(acc, {x, y}, axes, 3));
@@ -196,7 +192,7 @@ pl::Call f64_call() {
         o[pl::all] = pl::sin(v) * w[pl::all] + v * v * (pl::program_id(0).astype(pl::f64) + 1.0);
       },
       pl::ShapeDtype({4, 8}, pl::f64),
-      {.grid = {2}, .in_specs = {tu::rows(2, 8), tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}, .interpret = true});
+      {.grid = {2}, .in_specs = {tu::rows(2, 8), tu::rows(2, 8)}, .out_specs = {tu::rows(2, 8)}});
 }
 pl::Array D(pl::Shape s, uint64_t seed) { return pl::random::normal(s, pl::f64, seed); }
 }  // namespace
@@ -241,7 +237,6 @@ TEST(TransformsVmap, RaggedBatchSkipsBlocksPastEachLength) {
                               {.grid = {4},
                                .in_specs = {pl::BlockSpec({4, 2}, [](V i) { return pl::idx(i, 0); })},
                                .out_specs = {pl::BlockSpec({4, 2}, [](V i) { return pl::idx(i, 0); })},
-                               .interpret = true,
                                .name = "double"});
   auto rv = pl::vmap_ragged(call, {1}, {.grid_axis = 0, .block = 4});
   pl::Array x = R({16, 3, 2}, 1);  // batch at axis 1
@@ -281,8 +276,7 @@ TEST(TransformsVmap, GridQueriesInsideLoopsAndWholeArrayOperands) {
       pl::ShapeDtype({16}, pl::f32),
       {.grid = {2},
        .in_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); }), pl::BlockSpec({2, 8}, pl::MemorySpace::Any)},
-       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })},
-       .interpret = true});
+       .out_specs = {pl::BlockSpec({8}, [](V i) { return pl::idx(i); })}});
   pl::Array x = R({3, 16}, 1), t = R({2, 8, 3}, 2);
   Axes axes{0, 2};
   expect_same(pl::vmap(call, axes)({x, t}), loop_ref(call, {x, t}, axes, 3));
@@ -296,8 +290,7 @@ TEST(TransformsVmap, VmapOfAnExplicitLoopIsALoop) {
       {.grid = {4},
        .in_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref t) { return pl::idx(t[i], 0); })},
        .out_specs = {pl::BlockSpec({1, 8}, [](V i, pl::Ref) { return pl::idx(i, 0); })},
-       .num_scalar_prefetch = 1,
-       .interpret = true});
+       .num_scalar_prefetch = 1});
   auto inner = pl::vmap(gather, {0, std::nullopt});  // batched prefetch: a loop
   pl::Array tbl = pl::Array::from_vector(std::vector<int32_t>{3, 1, 0, 2, 0, 0, 1, 1}, {2, 4});
   pl::Array x = R({2, 4, 8}, 5);

@@ -148,4 +148,16 @@ Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
 // Whether a CUDA device is usable in this process (driver found, device present).
 bool cuda_available();
 
+// How many calls ran on each backend in this process (every pallas_call and transformed call;
+// the test suite reports these, so it shows where its kernels ran).
+struct RunCounts {
+  int64_t interpreter = 0;
+  int64_t cuda = 0;
+};
+RunCounts run_counts();
+
+// The environment variable PALLAS_BACKEND (interpret | cuda | auto) chooses the backend of
+// every call whose options leave it to Backend::Auto (and do not set interpret = true), as
+// JAX_PLATFORMS does for JAX: the test suite runs once per backend this way.
+
 }  // namespace pallas

@@ -1,4 +1,5 @@
 // pallas_call's Call object and backend dispatch.
+#include <atomic>
 #include <cstdlib>
 
 #include "src/backends/interpret/interpreter.h"
@@ -90,24 +91,52 @@ int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_sha
 
 namespace core {
 
+std::string program_id_text(const std::vector<int64_t>& pid) {
+  std::string s = "(";
+  for (size_t k = 0; k < pid.size(); ++k) s += (k ? ", " : "") + std::to_string(pid[k]);
+  return s + (pid.size() == 1 ? ",)" : ")");
+}
+
+std::atomic<int64_t> runs_interpreter{0}, runs_cuda{0};
+
+void count_run(Backend b) { (b == Backend::Cuda ? runs_cuda : runs_interpreter).fetch_add(1, std::memory_order_relaxed); }
+
+// PALLAS_BACKEND: the backend of calls left to Backend::Auto.
+Backend default_backend() {
+  static const Backend b = [] {
+    const char* e = std::getenv("PALLAS_BACKEND");
+    std::string v = e ? e : "";
+    if (v.empty() || v == "auto") return Backend::Auto;
+    if (v == "interpret" || v == "interpreter") return Backend::Interpret;
+    if (v == "cuda" || v == "gpu") return Backend::Cuda;
+    throw Error("PALLAS_BACKEND is '" + v + "'; set it to interpret, cuda or auto (or unset it)");
+  }();
+  return b;
+}
+
 Backend resolve_backend(const PallasCall& call) {
-  if (call.backend == Backend::Interpret) return Backend::Interpret;
+  Backend asked = call.backend == Backend::Auto ? default_backend() : call.backend;
+  if (asked == Backend::Interpret) return Backend::Interpret;
   const BackendRunner* gpu = cuda_runner();
   bool have_gpu = gpu && gpu->available();
-  if (call.backend == Backend::Cuda) {
+  if (asked == Backend::Cuda) {
     if (!gpu)
       throw Error(call.what + ": backend Cuda was asked for but this build of Pallas C++ has no CUDA backend "
                               "(configure with the CUDA toolkit present), or use Backend::Interpret");
     if (!have_gpu)
       throw Error(call.what + ": backend Cuda was asked for but no CUDA device is usable here (" + gpu->why_unavailable() +
-                  "); use Backend::Auto or Backend::Interpret");
+                  ")" + (call.backend == Backend::Auto ? " (PALLAS_BACKEND=cuda is set)" : "") + "; use Backend::Auto or Backend::Interpret");
     return Backend::Cuda;
   }
   return have_gpu && gpu->can_run(call) ? Backend::Cuda : Backend::Interpret;
 }
 
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args) {
-  if (resolve_backend(call) == Backend::Cuda) return cuda_runner()->run(call, args);
+  if (resolve_backend(call) == Backend::Cuda) {
+    count_run(Backend::Cuda);
+    return cuda_runner()->run(call, args);
+  }
+  count_run(Backend::Interpret);
   // CI without a GPU: every interpreted call is also lowered and compiled for the GPU.
   static const bool compile_check = [] {
     const char* e = std::getenv("PALLAS_CUDA_COMPILE_CHECK");
@@ -123,18 +152,22 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
   }
   interp::RunResult r;
   try {
-    r = interp::run_call(call, host);
+    r = interp::run_call(call, host, /*collect_checks=*/call.debug);
   } catch (const Error& e) {  // every error names the kernel
     std::string m = e.what();
     if (m.rfind(call.what, 0) == 0) throw;
     throw Error(call.what + ": " + m);
   }
+  // pl::check outside checkify: on with debug = true, on both backends alike.
+  if (r.failed) throw Error(call.what + ": a check failed in program " + program_id_text(r.failed_program_id) + ": " + r.message);
   if (moved)
     for (auto& o : r.outputs) o = o.to(dev);
   return r.outputs;
 }
 
 }  // namespace core
+
+RunCounts run_counts() { return {core::runs_interpreter.load(), core::runs_cuda.load()}; }
 
 bool cuda_available() {
   const core::BackendRunner* gpu = core::cuda_runner();

@@ -72,7 +72,13 @@ void check_arguments(const PallasCall& call, const std::vector<Array>& args);
 // Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs.
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args);
 
+// The backend a call runs on: its own choice, else PALLAS_BACKEND, else the GPU where one is
+// present and can run it.
 Backend resolve_backend(const PallasCall& call);
+// "(i, j)": a program id as messages print it.
+std::string program_id_text(const std::vector<int64_t>& pid);
+// Counts a run for pallas::run_counts() (every path that runs a PallasCall calls this).
+void count_run(Backend b);
 
 }  // namespace pallas::core
 

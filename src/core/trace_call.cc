@@ -58,7 +58,7 @@ std::string PallasCall::text() const {
     s += "  dimension_semantics=(";
     for (size_t k = 0; k < grid.semantics.size(); ++k)
       s += std::string(k ? ", " : "") + (grid.sequential(k) ? "sequential" : "parallel");
-    s += ")\n";
+    s += grid.semantics.size() == 1 ? ",)\n" : ")\n";
   }
   auto block = [&](const BlockMapping& b) {
     s += "  " + b.what + ": " + b.array.str() + " block=" + shape_str(b.block_shape);

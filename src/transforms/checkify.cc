@@ -355,6 +355,7 @@ Checked CheckedCall::operator()(const std::vector<Array>& args) const {
   // The interpreter's check rule collects the first failure.
   std::vector<Array> host;
   for (auto& a : args) host.push_back(a.device().is_host() ? a : a.to_host());
+  core::count_run(Backend::Interpret);
   interp::RunResult r = interp::run_call(pc, host, true);
   if (r.failed) out.error = CheckError(r.message, r.failed_program_id);
   out.outputs = std::move(r.outputs);

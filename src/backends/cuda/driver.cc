@@ -45,6 +45,8 @@ Driver load() {
   sym(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   sym(d.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
   sym(d.cuMemsetD32, "cuMemsetD32_v2");
+  sym(d.cuMemsetD16, "cuMemsetD16_v2");
+  sym(d.cuMemsetD8, "cuMemsetD8_v2");
   sym(d.cuGetErrorString, "cuGetErrorString");
   sym(d.cuEventCreate, "cuEventCreate");
   sym(d.cuEventRecord, "cuEventRecord");

@@ -34,6 +34,8 @@ struct Driver {
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t);
+  CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
+  CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
   CUresult (*cuGetErrorString)(CUresult, const char**);
   CUresult (*cuEventCreate)(CUevent*, unsigned);
   CUresult (*cuEventRecord)(CUevent, CUstream);

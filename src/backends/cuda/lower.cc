@@ -174,6 +174,7 @@ Lowered lower(const core::PallasCall& call) {
   std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(call.hash()));
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
+  E.checks_enabled = call.debug;
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;
@@ -189,7 +190,7 @@ Lowered lower(const core::PallasCall& call) {
   // Parameters.
   std::string params;
   for (size_t a = 0; a < np + nin + nout; ++a) params += "char* __restrict__ p" + std::to_string(a) + ", ";
-  params += "int* __restrict__ perr";
+  params += "int* __restrict__ perr, int poison_on";
   std::vector<std::string> G(gm.grid.size());
   int nd = 0;
   for (size_t d = 0; d < gm.grid.size(); ++d) {
@@ -322,7 +323,12 @@ Lowered lower(const core::PallasCall& call) {
     for (int d = static_cast<int>(sd.shape.size()) - 2; d >= 0; --d) r.strides[d] = r.strides[d + 1] * sd.shape[d + 1];
     r.lim.assign(sd.shape.size(), "");
     E.refs[k.invars[np + nin + nout + s].id] = r;
+    // Scratch starts as poison when the runner asks for it (debug / PALLAS_CUDA_POISON), so
+    // reads of unwritten scratch show up as on the interpreter.
+    E.line("if (poison_on) for (long long e = threadIdx.x; e < " + std::to_string(shape_size(sd.shape)) + "ll; e += " +
+           std::to_string(L.threads) + ") " + r.base + "[e] = poison<" + ctype(sd.dtype) + ">();");
   }
+  if (!gm.scratch.empty()) E.line("if (poison_on) __syncthreads();");
   // Program ids and grid sizes for the program_id / num_programs rules.
   for (size_t d = 0; d < gm.grid.size(); ++d) {
     E.names[-1000 - static_cast<int64_t>(d)] = pid[d];
@@ -342,7 +348,7 @@ Lowered lower(const core::PallasCall& call) {
   L.has_check = !E.check_messages.empty();
   std::ostringstream src;
   src << prelude() << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
-      << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr;\n"
+      << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)poison_on;\n"
       << E.body.str() << "}\n";
   L.source = src.str();
   return L;

@@ -54,6 +54,7 @@ class Emitter {
   size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
   size_t xbytes = 0;  // its size: the most any single exchange needs
   std::vector<std::string> check_messages;
+  bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
 
   void line(const std::string& s);
   std::string fresh(const std::string& prefix = "t");

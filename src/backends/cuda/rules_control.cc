@@ -131,7 +131,10 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
   });
   t.set(PrimId::check, [](Emitter& E, const ir::Eqn& e) {
     // The first failing program (lowest linear id) is recorded in perr[0], the check's
-    // index in perr[1] (approximately: racing programs may interleave).
+    // index in perr[1] (approximately: racing programs may interleave). Outside checkify
+    // (which rewrites checks into outputs) checks are on only with debug = true, as in the
+    // interpreter.
+    if (!E.checks_enabled) return;
     ir::Aval a = ir::atom_aval(e.in[0]);
     int id = static_cast<int>(E.check_messages.size());
     E.check_messages.push_back(e.params.get<std::string>("fmt"));

@@ -42,12 +42,35 @@ CUfunction load(const std::shared_ptr<const Compiled>& c, const std::string& wha
   return f;
 }
 
-uint32_t poison_word(DType t) {
-  switch (t) {
-    case DType::F32: return 0x7fc00000u;
-    case DType::I32: return 0x80000000u;
-    case DType::U32: return 0xffffffffu;
-    default: return 0;
+// Fills a device array with the interpreter's poison (NaN, bool true, int min, uint max).
+void poison_fill(Array& a, const std::string& what) {
+  const Driver& d = driver();
+  auto dev = reinterpret_cast<CUdeviceptr>(a.raw_data());
+  size_t n = static_cast<size_t>(a.size());
+  uint64_t bits = 0;
+  switch (a.dtype()) {
+    case DType::F16: bits = 0x7e00; break;
+    case DType::BF16: bits = 0x7fc0; break;
+    case DType::F32: bits = 0x7fc00000u; break;
+    case DType::F64: bits = 0x7ff8000000000000ull; break;
+    case DType::Bool: bits = 1; break;
+    case DType::I8: bits = 0x80; break;
+    case DType::I16: bits = 0x8000; break;
+    case DType::I32: bits = 0x80000000u; break;
+    case DType::I64: bits = 0x8000000000000000ull; break;
+    case DType::U8: bits = 0xff; break;
+    case DType::U16: bits = 0xffff; break;
+    case DType::U32: bits = 0xffffffffu; break;
+    case DType::U64: bits = ~0ull; break;
+  }
+  switch (itemsize(a.dtype())) {
+    case 1: check(d.cuMemsetD8(dev, static_cast<unsigned char>(bits), n), what + ": poisoning an output"); return;
+    case 2: check(d.cuMemsetD16(dev, static_cast<unsigned short>(bits), n), what + ": poisoning an output"); return;
+    case 4: check(d.cuMemsetD32(dev, static_cast<unsigned>(bits), n), what + ": poisoning an output"); return;
+    default: {  // 8-byte words: a host pattern copied over (debug runs only)
+      std::vector<uint64_t> host(n, bits);
+      check(d.cuMemcpyHtoD(dev, host.data(), n * 8), what + ": poisoning an output");
+    }
   }
 }
 
@@ -127,9 +150,7 @@ struct CudaRunner final : core::BackendRunner {
                 call.what + ": copying an aliased input");
           aliased = true;
         }
-      if (!aliased && poison && itemsize(sd.dtype) == 4)
-        check(d.cuMemsetD32(reinterpret_cast<CUdeviceptr>(out.raw_data()), poison_word(sd.dtype), static_cast<size_t>(out.size())),
-              call.what + ": poisoning an output");
+      if (!aliased && poison) poison_fill(out, call.what);
       outs.push_back(out);
     }
     if (c->matmul || c->attention) {
@@ -158,6 +179,8 @@ struct CudaRunner final : core::BackendRunner {
     std::vector<void*> kp;
     for (auto& p : ptrs) kp.push_back(&p);
     kp.push_back(&perr);
+    int poison_flag = poison ? 1 : 0;
+    kp.push_back(&poison_flag);
     for (auto& x : dyn) kp.push_back(&x);
     unsigned gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
     unsigned gy = static_cast<unsigned>((total + gx - 1) / gx);
@@ -168,7 +191,14 @@ struct CudaRunner final : core::BackendRunner {
       auto e = err.to_host().to_vector<int32_t>();
       if (e[0] != 0x7fffffff) {
         std::string m = e[1] >= 0 && e[1] < static_cast<int>(c->lowered.check_messages.size()) ? c->lowered.check_messages[static_cast<size_t>(e[1])] : "";
-        throw Error(call.what + ": a check failed in program " + std::to_string(e[0]) + " (linear id) on the GPU: " + m);
+        std::vector<int64_t> pid(gm.grid.size());
+        int64_t rest = e[0];
+        for (size_t a = pid.size(), dk = dyn.size(); a-- > 0;) {
+          int64_t g = gm.grid[a] < 0 ? dyn[--dk] : gm.grid[a];
+          pid[a] = rest % g;
+          rest /= g;
+        }
+        throw Error(call.what + ": a check failed in program " + core::program_id_text(pid) + ": " + m);
       }
     }
     return outs;

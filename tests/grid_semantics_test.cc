@@ -1,0 +1,209 @@
+// Grid dimension semantics: inferred or declared, and the Pallas reduction idioms that revisit
+// an output block (accumulation over a grid axis), which must give the interpreter's answer on
+// every backend. Inputs hold small integers, so every sum is exact in any order and both
+// backends must agree bit for bit.
+#include "tests/test_util.h"
+
+namespace pt {
+namespace {
+
+using V = pl::Value;
+
+pl::Array small_ints(pl::Shape shape, uint64_t seed, pl::DType t = pl::f32) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  std::vector<double> v(static_cast<size_t>(n));
+  auto r = uniform(v.size(), seed, -8, 8);
+  for (size_t k = 0; k < v.size(); ++k) v[k] = std::floor(r[k]);
+  return make_array(v, shape, t);
+}
+
+// Row sums of x [64, 96] in blocks of [16, 32]: the output block (16) ignores grid axis 1,
+// so axis 1 is inferred sequential; program (i, 0) initialises, the others accumulate.
+pl::Call row_sums(std::vector<pl::DimensionSemantics> sem = {}) {
+  return pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({16}); });
+        o[pl::all] = o[pl::all] + pl::sum(x[pl::all], 1);
+      },
+      pl::ShapeDtype({64}, pl::f32),
+      {.grid = {4, 3},
+       .dimension_semantics = std::move(sem),
+       .in_specs = {pl::BlockSpec({16, 32}, [](V i, V j) { return pl::idx(i, j); })},
+       .out_specs = {pl::BlockSpec({16}, [](V i, V j) { return pl::idx(i); })},
+       .name = "row_sums"});
+}
+
+std::vector<float> host_row_sums(const pl::Array& x) {
+  auto v = x.to_vector<float>();
+  std::vector<float> r(64, 0.f);
+  for (int i = 0; i < 64; ++i)
+    for (int j = 0; j < 96; ++j) r[i] += v[i * 96 + j];
+  return r;
+}
+
+TEST(GridSemantics, InferredFromOutputIndexMaps) {
+  pl::Array x = small_ints({64, 96}, 1);
+  pl::Call c = row_sums();
+  EXPECT_TRUE(equal(c(x).to_vector<float>(), host_row_sums(x)));
+  EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(parallel, sequential)"));
+  // An all-parallel grid prints no semantics line (the IR text of such calls is unchanged).
+  auto add = pl::pallas_call([](pl::Ref a, pl::Ref o) { o[pl::all] = a[pl::all] + 1.f; }, pl::ShapeDtype({64}, pl::f32),
+                             {.grid = {4},
+                              .in_specs = {pl::BlockSpec({16}, [](V i) { return pl::idx(i); })},
+                              .out_specs = {pl::BlockSpec({16}, [](V i) { return pl::idx(i); })}});
+  add(pl::Array::zeros({64}, pl::f32));
+  EXPECT_THAT(add.jaxpr_text(), ::testing::Not(HasSubstr("dimension_semantics")));
+}
+
+TEST(GridSemantics, DeclaredSequentialMatchesInferred) {
+  pl::Array x = small_ints({64, 96}, 2);
+  pl::Call c = row_sums({pl::parallel, pl::sequential});
+  EXPECT_TRUE(equal(c(x).to_vector<float>(), host_row_sums(x)));
+  pl::Call all_seq = row_sums({pl::arbitrary, pl::arbitrary});
+  EXPECT_TRUE(equal(all_seq(x).to_vector<float>(), host_row_sums(x)));
+  EXPECT_THAT(all_seq.jaxpr_text(), HasSubstr("dimension_semantics=(sequential, sequential)"));
+}
+
+TEST(GridSemantics, WrongNumberOfEntriesIsAnError) {
+  pl::Array x = small_ints({64, 96}, 3);
+  EXPECT_TRUE(throws_error([&] { row_sums({pl::parallel})(x); },
+                           {"kernel 'row_sums'", "dimension_semantics has 1 entries", "grid has 2 axes"}));
+}
+
+// Every program adds its block into the one output block (the index map is constant).
+TEST(GridSemantics, EveryProgramAccumulatesIntoOneBlock) {
+  pl::Array x = small_ints({8 * 32, 16}, 4);
+  auto c = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) {
+        pl::when(pl::program_id(0) == 0, [&] { o[pl::all] = pl::zeros({32, 16}); });
+        o[pl::all] += xr[pl::all];
+      },
+      pl::ShapeDtype({32, 16}, pl::f32),
+      {.grid = {8},
+       .in_specs = {pl::BlockSpec({32, 16}, [](V i) { return pl::idx(i, 0); })},
+       .out_specs = {pl::BlockSpec({32, 16}, [](V i) { return pl::idx(0, 0); })},
+       .name = "shared_block"});
+  auto v = x.to_vector<float>();
+  std::vector<float> want(32 * 16, 0.f);
+  for (int p = 0; p < 8; ++p)
+    for (int e = 0; e < 32 * 16; ++e) want[static_cast<size_t>(e)] += v[static_cast<size_t>(p * 32 * 16 + e)];
+  EXPECT_TRUE(equal(c(x).to_vector<float>(), want));
+  EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(sequential,)"));
+}
+
+// A matmul that accumulates over a K grid axis into its f32 output block.
+TEST(GridSemantics, MatmulAccumulatesOverKGridAxis) {
+  const int M = 64, N = 96, K = 128, bm = 32, bn = 32, bk = 32;
+  pl::Array a = small_ints({M, K}, 5), b = small_ints({K, N}, 6);
+  auto c = pl::pallas_call(
+      [](pl::Ref ar, pl::Ref br, pl::Ref o) {
+        pl::when(pl::program_id(2) == 0, [&] { o[pl::all] = pl::zeros({bm, bn}); });
+        o[pl::all] += pl::dot(ar[pl::all], br[pl::all], {.precision = pl::Precision::Highest});
+      },
+      pl::ShapeDtype({M, N}, pl::f32),
+      {.grid = {M / bm, N / bn, K / bk},
+       .in_specs = {pl::BlockSpec({bm, bk}, [](V i, V j, V k) { return pl::idx(i, k); }),
+                    pl::BlockSpec({bk, bn}, [](V i, V j, V k) { return pl::idx(k, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](V i, V j, V k) { return pl::idx(i, j); })},
+       .name = "k_axis_matmul"});
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>();
+  std::vector<float> want(M * N, 0.f);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += static_cast<double>(av[i * K + k]) * bv[k * N + j];
+      want[static_cast<size_t>(i * N + j)] = static_cast<float>(s);
+    }
+  EXPECT_TRUE(equal(c(a, b).to_vector<float>(), want));
+  EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(parallel, parallel, sequential)"));
+}
+
+// Declared parallel while programs share the output block: `+=` is atomic on every backend,
+// so the (integer) total is exact whatever the order.
+TEST(GridSemantics, DeclaredParallelSharedBlockAddupdateIsAtomic) {
+  pl::Array x = small_ints({16 * 64}, 7, pl::i32);
+  pl::Array zero = pl::Array::zeros({64}, pl::i32);
+  auto c = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref acc_in, pl::Ref o) { o[pl::all] += xr[pl::all]; },
+      pl::ShapeDtype({64}, pl::i32),
+      {.grid = {16},
+       .dimension_semantics = {pl::parallel},
+       .in_specs = {pl::BlockSpec({64}, [](V i) { return pl::idx(i); }), pl::BlockSpec({64}, [](V i) { return pl::idx(0); })},
+       .out_specs = {pl::BlockSpec({64}, [](V i) { return pl::idx(0); })},
+       .input_output_aliases = {{1, 0}},
+       .name = "atomic_shared"});
+  auto v = x.to_vector<int32_t>();
+  std::vector<int32_t> want(64, 0);
+  for (int p = 0; p < 16; ++p)
+    for (int e = 0; e < 64; ++e) want[static_cast<size_t>(e)] += v[static_cast<size_t>(p * 64 + e)];
+  EXPECT_TRUE(equal(c(x, zero).to_vector<int32_t>(), want));
+}
+
+// An output index map that reads scalar-prefetch data may send two programs to one block:
+// without declared semantics that is refused, naming the output and the fixes.
+TEST(GridSemantics, DataDependentOutputMapNeedsDeclaredSemantics) {
+  auto make = [](std::vector<pl::DimensionSemantics> sem) {
+    return pl::pallas_call(
+        [](pl::Ref perm, pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] * 2.f; }, pl::ShapeDtype({32}, pl::f32),
+        {.grid = {4},
+         .dimension_semantics = std::move(sem),
+         .in_specs = {pl::BlockSpec({8}, [](V i, pl::Ref p) { return pl::idx(i); })},
+         .out_specs = {pl::BlockSpec({8}, [](V i, pl::Ref p) { return pl::idx(p(i).get()); })},
+         .num_scalar_prefetch = 1,
+         .name = "permute"});
+  };
+  pl::Array perm = pl::Array::from_vector(std::vector<int32_t>{2, 0, 3, 1});
+  pl::Array x = small_ints({32}, 8);
+  EXPECT_TRUE(throws_error([&] { make({})(perm, x); },
+                           {"kernel 'permute'", "index map of output 0 reads scalar-prefetch data", "dimension_semantics",
+                            "atomics"}));
+  auto out = make({pl::parallel})(perm, x).to_vector<float>();
+  auto xv = x.to_vector<float>();
+  std::vector<int> p{2, 0, 3, 1};
+  for (int i = 0; i < 4; ++i)
+    for (int e = 0; e < 8; ++e) EXPECT_EQ(out[static_cast<size_t>(p[i] * 8 + e)], 2.f * xv[static_cast<size_t>(i * 8 + e)]);
+}
+
+// A whole-array output written in disjoint slices by each program (Triton style): inferred
+// sequential (its block is revisited), and declaring the axis parallel is the user's promise.
+TEST(GridSemantics, WholeArrayOutputWrittenInSlices) {
+  pl::Array x = small_ints({256}, 9);
+  for (auto sem : {std::vector<pl::DimensionSemantics>{}, std::vector<pl::DimensionSemantics>{pl::parallel}}) {
+    auto c = pl::pallas_call(
+        [](pl::Ref xr, pl::Ref o) {
+          V i = pl::program_id(0);
+          o(pl::ds(i * 32, 32)) = xr(pl::ds(i * 32, 32)).get() + 1.f;
+        },
+        pl::ShapeDtype({256}, pl::f32), {.grid = {8}, .dimension_semantics = sem, .name = "slices"});
+    auto got = c(x).to_vector<float>();
+    auto xv = x.to_vector<float>();
+    for (size_t k = 0; k < xv.size(); ++k) EXPECT_EQ(got[k], xv[k] + 1.f);
+  }
+}
+
+// Blocks whose index map points before the array or past a squeezed dimension read poison
+// and drop their writes on every backend.
+TEST(GridSemantics, BlocksOutsideTheArrayOnEitherSide) {
+  pl::Array x = small_ints({4, 16}, 10);
+  auto c = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + 1.f; }, pl::ShapeDtype({4, 16}, pl::f32),
+      {.grid = {4},
+       .in_specs = {pl::BlockSpec({pl::squeezed, 8}, [](V i) { return pl::idx(i - 1, i - 1); })},
+       .out_specs = {pl::BlockSpec({pl::squeezed, 8}, [](V i) { return pl::idx(i, i - 1); })},
+       .name = "outside"});
+  auto got = c(x).to_vector<float>();
+  auto xv = x.to_vector<float>();
+  // program i copies x[i-1, 8(i-1) : 8i] to row i: rows 1 and 2 get one half each; program
+  // 0's blocks start at row -1 and column -8, program 3's lie past the end of the columns.
+  for (int r = 0; r < 4; ++r)
+    for (int col = 0; col < 16; ++col) {
+      float g = got[static_cast<size_t>(r * 16 + col)];
+      bool written = (r == 1 && col < 8) || (r == 2 && col >= 8);
+      if (written) EXPECT_EQ(g, xv[static_cast<size_t>((r - 1) * 16 + col)] + 1.f) << r << "," << col;
+      else EXPECT_TRUE(std::isnan(g)) << r << "," << col << " = " << g;
+    }
+}
+
+}  // namespace
+}  // namespace pt
