@@ -186,7 +186,11 @@ void addupdate(Emitter& E, const ir::Eqn& e) {
   E.foreach(shape, [&] {
     std::string ok;
     std::string addr = address(E, p, &ok);
-    E.line("if (" + ok + (single ? " && threadIdx.x == 0" : "") + ") " + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
+    std::string go = "if (" + ok + (single ? " && threadIdx.x == 0" : "") + ") ";
+    if (p.ref.shared_by_parallel_programs)  // other CUDA blocks may add to the same element
+      E.line(go + "atom_rmw<" + T + ">(0, &" + addr + ", cv<" + T + ">(" + E.elem(val, "k") + "));");
+    else
+      E.line(go + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
   });
   E.sync();
 }
