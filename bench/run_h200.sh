@@ -1,22 +1,58 @@
 #!/usr/bin/env bash
-# On the lent H200, one call: build with the CUDA backend, run the tests and the examples on
-# the GPU, compute-sanitizer on the examples, and the GPU benchmarks. Logs go to $OUT.
-# Run as: bash bench/run_h200.sh  (with .deps/googletest carried: the image has no libgtest)
+# The one H200 run script: one device call builds with the CUDA backend, runs the test suite's
+# GPU half (every kernel on the GPU, poisoned outputs), the CUDA-lowering tests, the
+# differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
+# benchmarks beside the anchors. Logs go to $OUT.
+# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench;
+# default build,tests,fuzz,sanitize). Carry .deps (GoogleTest sources: the image has no libgtest).
 set -u
 OUT=${OUT:-/tmp/out}
+STEPS=${1:-build,tests,fuzz,sanitize}
+FUZZ_COUNT=${FUZZ_COUNT:-10000}
 mkdir -p "$OUT"
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
+export PALLAS_CACHE_DIR=/tmp/pallas-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLAS_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
-  > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-grep "CUDA backend" "$OUT/build.log"
-ctest --test-dir build-gpu -j8 --timeout 300 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?"; grep -E "tests passed|Failed\)|Timeout" "$OUT/ctest.log" | head -60
-build-gpu/examples/pallas_demo 2>&1 | tee "$OUT/demo.log"
-export PALLAS_CACHE_DIR=/tmp/pallas-cache-$$
-echo "cold:"; build-gpu/bench/gpu_bench first-call | tee "$OUT/bench.jsonl"
-echo "warm (disk cache):"; build-gpu/bench/gpu_bench first-call | tee -a "$OUT/bench.jsonl"
-build-gpu/bench/gpu_bench | tee -a "$OUT/bench.jsonl"
-timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
-for tool in memcheck racecheck; do
-  timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/examples/pallas_demo > "$OUT/sanitizer-$tool.log" 2>&1
-  echo "compute-sanitizer $tool rc=$?"; tail -3 "$OUT/sanitizer-$tool.log"
-done
+git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
+if has build; then
+  t0=$(date +%s)
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLAS_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
+    > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  echo "build: $(( $(date +%s) - t0 )) s"; grep "CUDA backend" "$OUT/build.log"
+fi
+if has tests; then
+  t0=$(date +%s)
+  rm -f "$OUT/counts.txt"
+  PALLAS_TEST_COUNTS_FILE="$OUT/counts.txt" ctest --test-dir build-gpu -j16 --timeout 240 -L gpu --output-on-failure \
+    > "$OUT/ctest-gpu.log" 2>&1
+  echo "ctest gpu half rc=$? in $(( $(date +%s) - t0 )) s"
+  grep -E "tests passed|tests failed|Not Run|Skipped\)" "$OUT/ctest-gpu.log" | tail -3
+  grep -E "^\s+[0-9]+ - " "$OUT/ctest-gpu.log" | head -80
+  awk '{i+=$2; c+=$4} END {print "kernels run in the gpu half: " c " on the GPU, " i " on the interpreter"}' "$OUT/counts.txt"
+  t0=$(date +%s)
+  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
+  echo "ctest CUDA-lowering tests rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
+fi
+if has fuzz && [ -x build-gpu/fuzz/pallas_fuzz ]; then
+  t0=$(date +%s)
+  timeout 420 build-gpu/fuzz/pallas_fuzz --seed 20261203 --count "$FUZZ_COUNT" --threads 16 --max-seconds 400 > "$OUT/fuzz.log" 2>&1
+  echo "fuzz rc=$? in $(( $(date +%s) - t0 )) s"; tail -15 "$OUT/fuzz.log"
+fi
+if has sanitize && command -v compute-sanitizer >/dev/null; then
+  export PALLAS_TEST_BACKEND=cuda
+  F='GridSemantics.*:CallFeatures.*:MemoryOps.*'
+  for tool in memcheck racecheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 3 build-gpu/tests/pallas_tests --gtest_filter="$F" > "$OUT/sanitizer-$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool.log" | tail -4
+  done
+  unset PALLAS_TEST_BACKEND
+fi
+if has bench; then
+  build-gpu/examples/pallas_demo 2>&1 | tee "$OUT/demo.log"
+  export PALLAS_CACHE_DIR=/tmp/pallas-cache-bench-$$
+  echo "cold:"; build-gpu/bench/gpu_bench first-call | tee "$OUT/bench.jsonl"
+  echo "warm (disk cache):"; build-gpu/bench/gpu_bench first-call | tee -a "$OUT/bench.jsonl"
+  build-gpu/bench/gpu_bench | tee -a "$OUT/bench.jsonl"
+  timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
+  timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -20
+fi
