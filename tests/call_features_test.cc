@@ -594,7 +594,7 @@ TEST(CallFeatures, IndexingInsideStridedAndEdgeBlocks) {
       }
 }
 
-// An array of rank above the interpreter's limit is reported for the kernel.
+// An array of rank above the limit (8) is reported for the kernel when the call is traced.
 TEST(CallFeatures, RankLimitIsAnError) {
   pl::Shape s(9, 1);
   auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype(s, pl::f32),

@@ -195,6 +195,15 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
     c.grid.outputs.push_back(make_block(what, "output " + std::to_string(k), out_shapes[k],
                                         opts.out_specs.empty() ? nullptr : &opts.out_specs[k], opts.grid, c.grid.prefetch));
   c.grid.scratch = opts.scratch_shapes;
+  // A limit of the language, not of one backend (the interpreter's fixed-size index vectors).
+  auto check_rank = [&](const ShapeDtype& sd, const std::string& which) {
+    if (sd.shape.size() > 8)
+      throw Error(what + ": " + which + " " + sd.str() + " has rank " + std::to_string(sd.shape.size()) +
+                  "; arrays may have at most 8 dimensions (reshape it first)");
+  };
+  for (size_t k = 0; k < inputs.size(); ++k) check_rank(inputs[k], "input " + std::to_string(k));
+  for (size_t k = 0; k < out_shapes.size(); ++k) check_rank(out_shapes[k], "output " + std::to_string(k));
+  for (size_t k = 0; k < opts.scratch_shapes.size(); ++k) check_rank(opts.scratch_shapes[k], "scratch " + std::to_string(k));
   resolve_semantics(c.grid, opts.dimension_semantics, what);
 
   for (auto [i, o] : opts.input_output_aliases) {

@@ -133,7 +133,12 @@ struct CudaRunner final : core::BackendRunner {
     const core::GridMapping& gm = call.grid;
     int nd = gm.num_dynamic_bounds();
     std::vector<int> dyn;
-    for (int k = 0; k < nd; ++k) dyn.push_back(args[static_cast<size_t>(k)].to_host().to_vector<int32_t>()[0]);
+    for (int k = 0; k < nd; ++k) {
+      int64_t v = args[static_cast<size_t>(k)].to_host().astype(DType::I64).to_vector<int64_t>()[0];
+      if (v < 0) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is negative (" + std::to_string(v) + ")");
+      if (v > INT_MAX) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is " + std::to_string(v) + "; at most 2^31-1 per axis");
+      dyn.push_back(static_cast<int>(v));
+    }
     std::vector<Array> ins;
     for (size_t k = static_cast<size_t>(nd); k < args.size(); ++k)
       ins.push_back(args[k].device().is_host() ? args[k].to(Device::cuda(0)) : args[k]);
