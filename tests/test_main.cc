@@ -2,8 +2,8 @@
 // the suite twice: "interpret." and "gpu."), and says how many kernels ran where.
 //
 //   PALLAS_TEST_BACKEND=interpret  every call left to Backend::Auto runs on the interpreter
-//                                  (and, with PALLAS_CUDA_COMPILE_CHECK=1, is also compiled
-//                                  for sm_90a);
+//                                  and, in a build with the CUDA toolkit, is also compiled for
+//                                  sm_90a (PALLAS_CUDA_COMPILE_CHECK, unless set to 0);
 //   PALLAS_TEST_BACKEND=cuda       every such call runs on the GPU, with poisoned outputs
 //                                  and scratch as in the interpreter. Without a usable GPU the
 //                                  test exits with code 77, which CTest reports as skipped —
@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   for (int k = 1; k < argc; ++k) listing = listing || std::strncmp(argv[k], "--gtest_list_tests", 18) == 0;
   if (backend == "interpret") {
     setenv("PALLAS_BACKEND", "interpret", 1);
+#ifdef PALLAS_TEST_HAVE_CUDA
+    setenv("PALLAS_CUDA_COMPILE_CHECK", "1", 0);  // unless the caller set it (=0 turns it off)
+#endif
   } else if (backend == "cuda") {
     setenv("PALLAS_BACKEND", "cuda", 1);
     setenv("PALLAS_CUDA_POISON", "1", 1);

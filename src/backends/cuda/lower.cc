@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "src/ir/dependence.h"
@@ -219,15 +220,6 @@ Lowered lower(const core::PallasCall& call) {
       E.line("const int " + pid[d] + " = (int)(" + rest + " % " + G[d] + ");");
       rest = "(" + rest + " / " + G[d] + ")";
     }
-    for (size_t d = 0; d < gm.grid.size(); ++d)
-      if (gm.sequential(d)) {
-        E.line("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {");
-        ++E.depth;
-      }
-    // The program's row-major linear id over the whole grid (messages, debug_print).
-    std::string lin = "0ll";
-    for (size_t d = 0; d < gm.grid.size(); ++d) lin = "(" + lin + " * " + G[d] + " + " + pid[d] + ")";
-    E.line("const long long lin = " + lin + "; (void)lin;");
   }
   E.names[-100] = "";  // unused
   // Prefetch refs: whole arrays.
@@ -304,15 +296,90 @@ Lowered lower(const core::PallasCall& call) {
     }
     E.refs[v.id] = r;
   };
-  // Declare origins up front so the index-map scope can assign them.
-  for (size_t a = 0; a < nin + nout; ++a) {
+  // Origins are declared before the index-map scope that assigns them.
+  auto declare_origins = [&](size_t a) {
     const core::BlockMapping& bm = a < nin ? gm.inputs[a] : gm.outputs[a - nin];
     std::string decl = "long long off" + std::to_string(np + a);
     for (size_t d = 0; d < bm.array.shape.size(); ++d) decl += ", org" + std::to_string(np + a) + "_" + std::to_string(d);
     E.line(decl + ";");
+  };
+  // Outputs revisited along the sequential axes whose block stays put there (the index map
+  // reads only parallel axes) live in shared memory for the whole loop: copied in once, each
+  // program of the loop reads and writes it there, copied out once — instead of a round trip
+  // through global memory per program.
+  std::vector<bool> resident(nout, false);
+  std::vector<RefInfo> resident_global(nout);
+  if (gm.any_sequential()) {
+    size_t budget = 48 * 1024;
+    for (size_t o = 0; o < nout; ++o) {
+      const core::BlockMapping& bm = gm.outputs[o];
+      std::vector<bool> moving(gm.grid.size() + np, false);
+      for (size_t d = 0; d < gm.grid.size(); ++d) moving[d] = gm.sequential(d);
+      for (size_t q = 0; q < np; ++q) moving[gm.grid.size() + q] = true;
+      bool still = true;
+      for (bool b : ir::outvars_depending_on(*bm.index_map, moving)) still = still && !b;
+      size_t bytes = static_cast<size_t>(shape_size(bm.block_shape)) * itemsize(bm.array.dtype);
+      if (!still || soff + bytes > budget) continue;
+      std::vector<std::string> saved = pid;
+      for (size_t d = 0; d < gm.grid.size(); ++d)
+        if (gm.sequential(d)) pid[d] = "0";  // not read by this index map
+      declare_origins(nin + o);
+      const ir::Var& v = k.invars[np + nin + o];
+      block_ref(v, bm, np + nin + o);
+      pid = saved;
+      RefInfo& r = E.refs[v.id];
+      if (r.shared_by_parallel_programs) continue;  // its accumulation must stay atomic in global memory
+      resident[o] = true;
+      resident_global[o] = r;
+      r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(soff) + "))";
+      for (int d = static_cast<int>(r.shape.size()) - 1, st = 1; d >= 0; --d) {
+        r.strides[static_cast<size_t>(d)] = st;
+        st *= static_cast<int>(r.shape[static_cast<size_t>(d)]);
+      }
+      soff = (soff + bytes + 15) & ~size_t{15};
+    }
+    E.xoff = soff;
   }
+  // Copies between a resident output's block in shared memory and its array (elements inside
+  // the array only; the others read poison in shared memory, as the interpreter's padding).
+  auto copy_resident = [&](size_t o, bool in) {
+    const RefInfo& g = resident_global[o];
+    const RefInfo& r = E.refs[k.invars[np + nin + o].id];
+    std::string n = std::to_string(shape_size(r.shape));
+    E.line("for (long long e = threadIdx.x; e < " + n + "ll; e += " + std::to_string(L.threads) + ") {");
+    ++E.depth;
+    auto c = E.unravel("e", r.shape);
+    std::string cond = g.valid.empty() ? "true" : g.valid, off = "0ll";
+    for (size_t d = 0; d < r.shape.size(); ++d) {
+      cond += " && " + c[d] + " < " + g.lim[d] + " && " + c[d] + " >= " + g.low[d];
+      off += " + (long long)" + c[d] + " * " + std::to_string(g.strides[d]) + "ll";
+    }
+    if (in) E.line(r.base + "[e] = (" + cond + ") ? " + g.base + "[" + off + "] : poison<" + ctype(r.dtype) + ">();");
+    else E.line("if (" + cond + ") " + g.base + "[" + off + "] = " + r.base + "[e];");
+    --E.depth;
+    E.line("}");
+  };
+  for (size_t o = 0; o < nout; ++o)
+    if (resident[o]) copy_resident(o, true);
+  if (std::find(resident.begin(), resident.end(), true) != resident.end()) E.sync();
+
+  // The sequential axes: loops inside the CUDA block.
+  for (size_t d = 0; d < gm.grid.size(); ++d)
+    if (gm.sequential(d)) {
+      E.line("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {");
+      ++E.depth;
+    }
+  {
+    // The program's row-major linear id over the whole grid (messages, debug_print).
+    std::string lin = "0ll";
+    for (size_t d = 0; d < gm.grid.size(); ++d) lin = "(" + lin + " * " + G[d] + " + " + pid[d] + ")";
+    E.line("const long long lin = " + lin + "; (void)lin;");
+  }
+  for (size_t a = 0; a < nin + nout; ++a)
+    if (a < nin || !resident[a - nin]) declare_origins(a);
   for (size_t a = 0; a < nin; ++a) block_ref(k.invars[np + a], gm.inputs[a], np + a);
-  for (size_t a = 0; a < nout; ++a) block_ref(k.invars[np + nin + a], gm.outputs[a], np + nin + a);
+  for (size_t a = 0; a < nout; ++a)
+    if (!resident[a]) block_ref(k.invars[np + nin + a], gm.outputs[a], np + nin + a);
   for (size_t s = 0; s < gm.scratch.size(); ++s) {
     RefInfo r;
     const ShapeDtype& sd = gm.scratch[s];
@@ -342,6 +409,8 @@ Lowered lower(const core::PallasCall& call) {
       --E.depth;
       E.line("}");
     }
+  for (size_t o = 0; o < nout; ++o)
+    if (resident[o]) copy_resident(o, false);
 
   L.smem_bytes = E.xoff + E.xbytes;
   L.check_messages = E.check_messages;
