@@ -103,13 +103,13 @@ ir::Params index_params(const Indexed& ix, int64_t start) {
   return {{"idx", ix.ix}, {"idx_start", start}};
 }
 
-Value atomic(const char* kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
-  std::string op = std::string("atomic_") + kind;
+Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
+  std::string op = std::string("atomic_") + ir::enum_name(kind);
   Indexed ix = make_indexer(op.c_str(), ref.value(), idx);
   std::vector<Value> in{ref.value(), fit_value(op.c_str(), v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 2);
-  p.set("op", std::string(kind));
+  p.set("op", kind);
   p.set_flag("has_mask", mask.defined());
   if (mask.defined()) in.push_back(fit_mask(op.c_str(), mask, ix.shape));
   return trace::bind1(PrimId::atomic_rmw, in, p);
@@ -127,8 +127,8 @@ Value load(const Ref& ref, Indexers idx, LoadOptions o) {
   if (o.other.defined() && !o.mask.defined()) throw Error("pl::load: other requires mask to be provided");
   if (o.mask.defined()) in.push_back(fit_mask("load", o.mask, ix.shape));
   if (o.other.defined()) in.push_back(fit_value("load", o.other, ref.dtype(), ix.shape));
-  if (!o.cache_modifier.empty()) p.set("cache_modifier", o.cache_modifier);
-  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  if (!o.cache_modifier.empty()) p.set("cache_modifier", ir::cache_modifier_of(o.cache_modifier, "pl::load"));
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::load"));
   if (o.is_volatile) p.set("is_volatile", true);
   return trace::bind1(PrimId::load, in, p);
 }
@@ -149,7 +149,7 @@ std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers
 void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
   ir::Params p;
   auto in = store_operands("store", ref, idx, v, o.mask, &p);
-  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::store"));
   trace::bind(PrimId::store, in, p);
 }
 
@@ -159,13 +159,13 @@ Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
   return trace::bind1(PrimId::swap, in, p);
 }
 
-Value atomic_add(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("add", r, i, v, m); }
-Value atomic_max(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("max", r, i, v, m); }
-Value atomic_min(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("min", r, i, v, m); }
-Value atomic_and_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("and", r, i, v, m); }
-Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("or", r, i, v, m); }
-Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xor", r, i, v, m); }
-Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xchg", r, i, v, m); }
+Value atomic_add(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Add, r, i, v, m); }
+Value atomic_max(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Max, r, i, v, m); }
+Value atomic_min(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Min, r, i, v, m); }
+Value atomic_and_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::And, r, i, v, m); }
+Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Or, r, i, v, m); }
+Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xor, r, i, v, m); }
+Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xchg, r, i, v, m); }
 Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v) {
   Indexed ix = make_indexer("atomic_cas", ref.value(), idx);
   std::vector<Value> in{ref.value(), fit_value("atomic_cas", cmp, ref.dtype(), ix.shape),

@@ -195,14 +195,18 @@ void addupdate(Emitter& E, const ir::Eqn& e) {
   E.sync();
 }
 
-int opcode(const std::string& op) {
-  if (op == "add") return 0;
-  if (op == "max") return 1;
-  if (op == "min") return 2;
-  if (op == "and") return 3;
-  if (op == "or") return 4;
-  if (op == "xor") return 5;
-  return 6;  // xchg
+// The device prelude's op codes (atom_apply).
+int opcode(const ir::Eqn& e, ir::AtomicOp op) {
+  switch (op) {
+    case ir::AtomicOp::Add: return 0;
+    case ir::AtomicOp::Max: return 1;
+    case ir::AtomicOp::Min: return 2;
+    case ir::AtomicOp::And: return 3;
+    case ir::AtomicOp::Or: return 4;
+    case ir::AtomicOp::Xor: return 5;
+    case ir::AtomicOp::Xchg: return 6;
+  }
+  ir::bad_enum(e.prim->name, "atomic op", static_cast<int>(op));
 }
 
 void atomic(Emitter& E, const ir::Eqn& e) {
@@ -212,8 +216,10 @@ void atomic(Emitter& E, const ir::Eqn& e) {
   const ir::Atom* mask = !cas && e.params.get_bool("has_mask") ? &e.in[p.after_dyn] : nullptr;
   std::string T = ctype(p.ref.dtype);
   DType t = p.ref.dtype;
-  std::string op = cas ? "" : e.params.get<std::string>("op");
-  if ((op == "and" || op == "or" || op == "xor") && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
+  ir::AtomicOp op = cas ? ir::AtomicOp::Xchg : e.params.get<ir::AtomicOp>("op");
+  int code = cas ? -1 : opcode(e, op);
+  bool bitwise = !cas && (op == ir::AtomicOp::And || op == ir::AtomicOp::Or || op == ir::AtomicOp::Xor);
+  if (bitwise && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
   bool single = Emitter::scalar_like(o.aval);
   E.declare(o);
   E.foreach(o.aval.shape, [&] {
@@ -230,7 +236,7 @@ void atomic(Emitter& E, const ir::Eqn& e) {
       if (cas)
         E.line("if (" + go + ") " + xs + "[0] = atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ");");
       else
-        E.line("if (" + go + ") " + xs + "[0] = atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ");");
+        E.line("if (" + go + ") " + xs + "[0] = atom_rmw<" + T + ">(" + std::to_string(code) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ");");
       E.sync();
       E.line(E.name(o) + " = " + xs + "[0];");
       E.sync();
@@ -239,9 +245,9 @@ void atomic(Emitter& E, const ir::Eqn& e) {
     E.line(E.elem(o, "k") + " = poison<" + T + ">();");
     std::string call;
     if (cas) call = "atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ")";
-    else if (op == "add" && (t == DType::F32 || t == DType::I32 || t == DType::U32 || t == DType::F64 || t == DType::U64))
+    else if (op == ir::AtomicOp::Add && (t == DType::F32 || t == DType::I32 || t == DType::U32 || t == DType::F64 || t == DType::U64))
       call = "atomicAdd(&" + addr + ", " + E.elem(e.in[1], "k") + ")";
-    else call = "atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
+    else call = "atom_rmw<" + T + ">(" + std::to_string(code) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
     E.line("if (" + go + ") " + E.elem(o, "k") + " = " + call + ";");
   });
   E.sync();

@@ -315,53 +315,47 @@ Val rmw(const Instr& ins, Val* env, Ctx& ctx, const Access& a, const bool* mask,
   return old;
 }
 
-enum class RmwOp { Add, Max, Min, And, Or, Xor, Xchg };
-
-RmwOp rmw_op(const std::string& op) {
-  if (op == "add") return RmwOp::Add;
-  if (op == "max") return RmwOp::Max;
-  if (op == "min") return RmwOp::Min;
-  if (op == "and") return RmwOp::And;
-  if (op == "or") return RmwOp::Or;
-  if (op == "xor") return RmwOp::Xor;
-  if (op == "xchg") return RmwOp::Xchg;
-  throw Error("interpreter: unknown atomic op '" + op + "'");
-}
+using ir::AtomicOp;
 
 template <class T>
-T combine(RmwOp op, T cur, T v) {
+T combine(AtomicOp op, T cur, T v) {
   using E = Elem<T>;
   using C = typename E::C;
   C a = E::get(cur), b = E::get(v);
+  constexpr bool int_like = std::is_integral_v<C> && !std::is_same_v<C, bool>;
   switch (op) {
-    case RmwOp::Add:
-      if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+    case AtomicOp::Add:
+      if constexpr (int_like)
         return E::put(static_cast<C>(static_cast<std::make_unsigned_t<C>>(a) + static_cast<std::make_unsigned_t<C>>(b)));
       else
         return E::put(static_cast<C>(a + b));
-    case RmwOp::Max: return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
-    case RmwOp::Min: return E::put(a < b ? a : b);
-    case RmwOp::Xchg: return v;
-    default: break;
+    case AtomicOp::Max: return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
+    case AtomicOp::Min: return E::put(a < b ? a : b);
+    case AtomicOp::Xchg: return v;
+    case AtomicOp::And:
+    case AtomicOp::Or:
+    case AtomicOp::Xor:
+      if constexpr (int_like) {
+        if (op == AtomicOp::And) return static_cast<T>(a & b);
+        if (op == AtomicOp::Or) return static_cast<T>(a | b);
+        return static_cast<T>(a ^ b);
+      } else {
+        throw Error(std::string("atomic_") + ir::enum_name(op) + ": does not take " + dtype_name(dtype_of<T>()));
+      }
   }
-  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
-    if (op == RmwOp::And) return static_cast<T>(a & b);
-    if (op == RmwOp::Or) return static_cast<T>(a | b);
-    if (op == RmwOp::Xor) return static_cast<T>(a ^ b);
-  }
-  throw Error(std::string("interpreter: this atomic op does not take ") + dtype_name(dtype_of<T>()));
+  ir::bad_enum("atomic_rmw", "atomic op", static_cast<int>(op));
 }
 
 void addupdate_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
-  rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(RmwOp::Add, cur, v.as<T>()[i]); });
+  rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(AtomicOp::Add, cur, v.as<T>()[i]); });
 }
 
 void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
-  RmwOp op = rmw_op(ins.eqn->params.get<std::string>("op"));
+  AtomicOp op = ins.eqn->params.get<AtomicOp>("op");
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
   env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
 }
