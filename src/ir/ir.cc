@@ -279,4 +279,35 @@ void verify_rec(const Jaxpr& j, const std::string& what) {
 
 void verify(const Jaxpr& j, const std::string& what) { verify_rec(j, what); }
 
+IndexPlacement placement(const NDIndexer& ix, int arr_rank) {
+  using K = IndexDim::Kind;
+  IndexPlacement r;
+  r.slice_axis.assign(ix.dims.size(), -1);
+  for (auto& d : ix.dims) r.has_array = r.has_array || d.kind == K::Array;
+  int first = -1, last = -1;
+  bool adjacent = true;
+  if (r.has_array)
+    for (int d = 0; d < static_cast<int>(ix.dims.size()); ++d) {
+      K k = ix.dims[d].kind;
+      if (k != K::Array && k != K::Index && k != K::DynIndex) continue;
+      if (first < 0) first = d;
+      else if (last != d - 1) adjacent = false;
+      last = d;
+    }
+  int axis = 0;
+  bool placed = false;
+  if (r.has_array && !adjacent) r.arr_axis0 = 0, axis = arr_rank, placed = true;
+  for (int d = 0; d < static_cast<int>(ix.dims.size()); ++d) {
+    K k = ix.dims[d].kind;
+    if (k == K::Slice || k == K::DynSlice) {
+      r.slice_axis[d] = axis++;
+    } else if (r.has_array && !placed) {  // the first advanced index, adjacent case
+      r.arr_axis0 = axis;
+      axis += arr_rank;
+      placed = true;
+    }
+  }
+  return r;
+}
+
 }  // namespace pallas::ir

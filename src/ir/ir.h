@@ -80,6 +80,18 @@ struct NDIndexer {
   bool operator==(const NDIndexer&) const = default;
 };
 
+// Where the result axes of ref[indexer] come from (NumPy advanced indexing). With an index
+// array present, the advanced indices are the index arrays and every integer (static or
+// dynamic) of the indexer; their common shape (the index arrays' shape, which all share)
+// forms one block of result axes: where the first advanced index is when the advanced
+// indices are adjacent, else in front. Slices give the other axes, in order. An index-array
+// entry i < 0 addresses i + dim (the tracer has already wrapped static integers).
+struct IndexPlacement {
+  bool has_array = false;
+  int arr_axis0 = 0;            // first result axis of the index-array block
+  std::vector<int> slice_axis;  // per indexed dim: its result axis if a slice, else -1
+};
+IndexPlacement placement(const NDIndexer& ix, int arr_rank);
 
 // Sub-operations and hints carried in params are enums, not strings: every table that takes
 // one switches over it without a default (the compiler flags a missing case) and throws a

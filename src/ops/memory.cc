@@ -30,7 +30,7 @@ Layout indexed(const std::string& op, const std::vector<Aval>& in, const Params&
   size_t n = static_cast<size_t>(num_dynamic_indices(ix));
   if (in.size() < start + n) fail(op, "missing index operands");
   std::vector<Aval> dyn(in.begin() + start, in.begin() + start + n);
-  return {indexed_shape(op, ref, ix, dyn), start + n};
+  return {indexed_shape(op, ref, ix, dyn, p.get_bool("has_mask")), start + n};
 }
 
 void check_value(const std::string& op, const Aval& ref, const Shape& shape, const Aval& v, const char* what) {

@@ -1,4 +1,6 @@
 // Refs: indexing into NDIndexers, loads, stores, atomics.
+#include <optional>
+
 #include "pallas/kernel.h"
 #include "src/ops/op_util.h"
 #include "src/trace/api_util.h"
@@ -27,7 +29,8 @@ struct Indexed {
   Shape shape;
 };
 
-Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in) {
+// masked: the access has a mask, so static slices may reach past the ref.
+Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in, bool masked) {
   const ir::Aval& a = trace::aval_of(ref, op);
   if (!a.is_ref) throw Error(std::string("pl::") + op + ": " + a.str() + " is not a ref");
   // ref[pl::all] on a rank-0 ref is the whole ref, as ref[...] in Pallas
@@ -78,9 +81,22 @@ Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in) {
     }
     r.ix.dims.push_back(x);
   }
+  // Index arrays broadcast against each other (numpy); the primitive takes them all in the
+  // broadcast shape.
+  std::optional<Shape> arr_shape;
+  const std::string bop = std::string("pl::") + op + ": index arrays";
+  for (auto& x : r.ix.dims)
+    if (x.kind == IndexDim::Kind::Array) {
+      const Shape& s = r.dyn[static_cast<size_t>(x.operand)].shape();
+      arr_shape = arr_shape ? api::broadcast_shapes(bop.c_str(), *arr_shape, s) : s;
+    }
+  if (arr_shape)
+    for (auto& x : r.ix.dims)
+      if (x.kind == IndexDim::Kind::Array && r.dyn[static_cast<size_t>(x.operand)].shape() != *arr_shape)
+        r.dyn[static_cast<size_t>(x.operand)] = api::broadcast(r.dyn[static_cast<size_t>(x.operand)], *arr_shape);
   std::vector<ir::Aval> dav;
   for (auto& v : r.dyn) dav.push_back(v.impl()->aval);
-  r.shape = ops::indexed_shape(op, a, r.ix, dav);
+  r.shape = ops::indexed_shape(op, a, r.ix, dav, masked);
   return r;
 }
 
@@ -105,7 +121,7 @@ ir::Params index_params(const Indexed& ix, int64_t start) {
 
 Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
   std::string op = std::string("atomic_") + ir::enum_name(kind);
-  Indexed ix = make_indexer(op.c_str(), ref.value(), idx);
+  Indexed ix = make_indexer(op.c_str(), ref.value(), idx, mask.defined());
   std::vector<Value> in{ref.value(), fit_value(op.c_str(), v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 2);
@@ -118,7 +134,7 @@ Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value
 }  // namespace
 
 Value load(const Ref& ref, Indexers idx, LoadOptions o) {
-  Indexed ix = make_indexer("load", ref.value(), idx);
+  Indexed ix = make_indexer("load", ref.value(), idx, o.mask.defined());
   std::vector<Value> in{ref.value()};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 1);
@@ -136,7 +152,7 @@ Value load(const Ref& ref, Indexers idx, LoadOptions o) {
 namespace {
 std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers& idx, const Value& v,
                                   const Value& mask, ir::Params* p) {
-  Indexed ix = make_indexer(op, ref.value(), idx);
+  Indexed ix = make_indexer(op, ref.value(), idx, mask.defined());
   std::vector<Value> in{ref.value(), fit_value(op, v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   *p = index_params(ix, 2);
@@ -167,7 +183,7 @@ Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { ret
 Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xor, r, i, v, m); }
 Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xchg, r, i, v, m); }
 Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v) {
-  Indexed ix = make_indexer("atomic_cas", ref.value(), idx);
+  Indexed ix = make_indexer("atomic_cas", ref.value(), idx, false);
   std::vector<Value> in{ref.value(), fit_value("atomic_cas", cmp, ref.dtype(), ix.shape),
                         fit_value("atomic_cas", v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());

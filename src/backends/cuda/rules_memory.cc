@@ -15,6 +15,7 @@ struct Plan {
   Shape out_shape;
   size_t after_dyn = 0;
   std::vector<std::string> arr_shared;  // per dim: shared copy of an index array ("" if local/none)
+  bool has_array = false;  // integer-array (gather/scatter) indices
   int arr_axis0 = 0, arr_rank = 0;
   Shape arr_shape;
   std::vector<int> axis;  // per ref dim: output axis for slices
@@ -34,34 +35,22 @@ Plan plan(Emitter& E, const ir::Eqn& e, const Shape& out_shape) {
   for (auto& d : ix.dims)
     if (d.operand >= 0) n = std::max(n, d.operand + 1);
   p.after_dyn = start + static_cast<size_t>(n);
-  int first = -1, last = -1;
-  bool adjacent = true;
   for (size_t d = 0; d < ix.dims.size(); ++d)
     if (ix.dims[d].kind == IndexDim::Kind::Array) {
-      if (first < 0) {
-        first = static_cast<int>(d);
-        p.arr_shape = ir::atom_aval(e.in[start + static_cast<size_t>(ix.dims[d].operand)]).shape;
-      } else if (last != static_cast<int>(d) - 1) {
-        adjacent = false;
-      }
-      last = static_cast<int>(d);
+      p.arr_shape = ir::atom_aval(e.in[start + static_cast<size_t>(ix.dims[d].operand)]).shape;
+      break;
     }
-  p.arr_rank = first >= 0 ? static_cast<int>(p.arr_shape.size()) : 0;
-  int axis = 0;
-  bool placed = first >= 0 && !adjacent;
-  if (placed) axis = p.arr_rank;
-  p.axis.assign(ix.dims.size(), -1);
+  // numpy placement, as the interpreter (ir::placement)
+  ir::IndexPlacement pl = ir::placement(ix, static_cast<int>(p.arr_shape.size()));
+  p.has_array = pl.has_array;
+  p.arr_rank = pl.has_array ? static_cast<int>(p.arr_shape.size()) : 0;
+  p.arr_axis0 = pl.arr_axis0;
+  p.axis = pl.slice_axis;
   p.arr_shared.assign(ix.dims.size(), "");
   size_t xo = 0;
   for (size_t d = 0; d < ix.dims.size(); ++d) {
     const IndexDim& x = ix.dims[d];
-    if (x.kind == IndexDim::Kind::Slice || x.kind == IndexDim::Kind::DynSlice) p.axis[d] = axis++;
     if (x.kind == IndexDim::Kind::Array) {
-      if (!placed) {
-        p.arr_axis0 = axis;
-        axis += p.arr_rank;
-        placed = true;
-      }
       const ir::Atom& a = e.in[start + static_cast<size_t>(x.operand)];
       ir::Aval av = ir::atom_aval(a);
       if (!Emitter::scalar_like(av) && av.shape != out_shape) {
@@ -114,9 +103,14 @@ std::string address(Emitter& E, const Plan& p, std::string* ok) {
         case IndexDim::Kind::DynIndex: c = "((long long)" + dyn + ")"; break;
         case IndexDim::Kind::Array: {
           const ir::Atom& a = e.in[start + static_cast<size_t>(x->operand)];
-          if (Emitter::scalar_like(ir::atom_aval(a))) c = "((long long)" + E.name(a) + ")";
-          else if (p.arr_shared[d].empty()) c = "((long long)" + E.elem(a, "k") + ")";
-          else c = "((long long)" + p.arr_shared[d] + "[" + arr_flat + "])";
+          std::string v;
+          if (Emitter::scalar_like(ir::atom_aval(a))) v = E.name(a);
+          else if (p.arr_shared[d].empty()) v = E.elem(a, "k");
+          else v = p.arr_shared[d] + "[" + arr_flat + "]";
+          // a negative entry counts from the end of the dimension, as in the interpreter
+          std::string raw = E.fresh("a");
+          E.line("const long long " + raw + " = (long long)" + v + ";");
+          c = "(" + raw + " < 0 ? " + raw + " + " + std::to_string(p.ref.shape[d]) + "ll : " + raw + ")";
           break;
         }
       }

@@ -51,32 +51,22 @@ Access resolve(const Instr& ins, const Val* env) {
   const Val& ref = env[ins.in[0]];
   Access a;
   a.ndims = ref.shape.n;
-  // Output axes: non-array dims in order; the array block goes at the first array dim when
-  // the array dims are adjacent, else first (numpy).
-  int first_arr = -1, last_arr = -1;
-  bool adjacent = true;
+  // Output axes (numpy, ir::placement): slices in order; the index-array block where the
+  // first advanced index (array or integer) is when they are adjacent, else first.
   Dims arr_shape;
   for (int d = 0; d < a.ndims; ++d)
     if (ix.dims[d].kind == IndexDim::Kind::Array) {
-      if (first_arr < 0) {
-        first_arr = d;
-        arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
-      } else if (last_arr != d - 1) {
-        adjacent = false;
-      }
-      last_arr = d;
+      arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
+      break;
     }
-  a.has_array = first_arr >= 0;
+  ir::IndexPlacement pl = ir::placement(ix, arr_shape.n);
+  a.has_array = pl.has_array;
   a.arr_rank = a.has_array ? arr_shape.n : 0;
-  int axis = 0;
-  if (a.has_array && !adjacent) {
-    a.arr_axis0 = 0;
-    axis = a.arr_rank;
-  }
-  bool placed = a.has_array && !adjacent;
+  a.arr_axis0 = pl.arr_axis0;
   Dims out;
-  if (placed)
-    for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
+  out.n = static_cast<int8_t>(a.arr_rank);
+  for (int d = 0; d < a.ndims; ++d) out.n = static_cast<int8_t>(out.n + (pl.slice_axis[d] >= 0));
+  for (int k = 0; k < a.arr_rank; ++k) out.d[a.arr_axis0 + k] = arr_shape[k];
   for (int d = 0; d < a.ndims; ++d) {
     const IndexDim& x = ix.dims[d];
     DimAccess& da = a.dims[d];
@@ -86,8 +76,8 @@ Access resolve(const Instr& ins, const Val* env) {
         da.kind = DimAccess::Range;
         da.start = x.kind == IndexDim::Kind::Slice ? x.start : scalar_int(env[ins.in[start + x.operand]]);
         da.step = x.stride;
-        da.axis = axis++;
-        out.d[out.n++] = x.size;
+        da.axis = pl.slice_axis[d];
+        out.d[da.axis] = x.size;
         break;
       case IndexDim::Kind::Index:
       case IndexDim::Kind::DynIndex:
@@ -97,12 +87,6 @@ Access resolve(const Instr& ins, const Val* env) {
       case IndexDim::Kind::Array:
         da.kind = DimAccess::Array;
         da.arr = env[ins.in[start + x.operand]].as<int32_t>();
-        if (!placed) {
-          a.arr_axis0 = axis;
-          axis += a.arr_rank;
-          for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
-          placed = true;
-        }
         break;
     }
   }
@@ -204,6 +188,7 @@ void for_each_element(const Access& a, const Val& ref, F&& f) {
     for (int d = 0; d < a.ndims; ++d) {
       const DimAccess& x = a.dims[d];
       int64_t c = x.kind == DimAccess::Fixed ? x.start : x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.arr[arr_flat];
+      if (x.kind == DimAccess::Array && c < 0) c += ref.shape[d];  // negative entries count from the end
       if (c < 0 || c >= ref.shape[d]) inb = false;
       off += c * ref.strides[d];
     }
