@@ -158,7 +158,10 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
     E.foreach(shape, [&] {
       std::string ok;
       std::string addr = address(E, p, &ok);
-      E.line(E.elem(e.out[0], "k") + " = " + ok + (mask ? " && " + E.elem(*mask, "k") : "") + " ? " + addr + " : poison<" + T + ">();");
+      // masked-off lanes return the operand (the value not stored), as the interpreter
+      std::string v = "(" + ok + " ? " + addr + " : poison<" + T + ">())";
+      if (mask) v = "(" + E.elem(*mask, "k") + " ? " + v + " : " + E.elem(val, "k") + ")";
+      E.line(E.elem(e.out[0], "k") + " = " + v + ";");
     });
     E.sync();
   }

@@ -94,7 +94,6 @@ Access resolve(const Instr& ins, const Val* env) {
   return a;
 }
 
-
 // Strided view of the accessed region when it is rectangular and in bounds.
 bool rectangular(const Access& a, const Val& ref, int64_t* offset, Dims* strides) {
   if (a.has_array) return false;
@@ -273,10 +272,11 @@ void store_rule(const Instr& ins, Val* env, Ctx&) {
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
 }
 
+// Masked-off lanes of the result are the operand (the value that was not stored), as Pallas.
 void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
-  Val old = read(ins, env, ctx, a, mask, nullptr);
+  Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
   env[ins.out[0]] = old;
 }
