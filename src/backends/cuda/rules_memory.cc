@@ -174,6 +174,11 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
   E.sync();
 }
 
+// ref[idx] += v. With index arrays, several lanes of the program may address one element;
+// the interpreter then adds every contribution in lane order (numpy's np.add.at, not the
+// last-write-wins of `x[idx] += v`), so the GPU adds atomically: the same sum, in some order
+// (floats may round differently). Without index arrays every lane has its own element, and
+// only a block that programs on parallel grid axes may share needs atomics.
 void addupdate(Emitter& E, const ir::Eqn& e) {
   const ir::Atom& val = e.in[1];
   Shape shape = ir::atom_aval(val).shape;
@@ -183,11 +188,10 @@ void addupdate(Emitter& E, const ir::Eqn& e) {
   E.foreach(shape, [&] {
     std::string ok;
     std::string addr = address(E, p, &ok);
-    std::string go = "if (" + ok + (single ? " && threadIdx.x == 0" : "") + ") ";
-    if (p.ref.shared_by_parallel_programs)  // other CUDA blocks may add to the same element
-      E.line(go + "atom_rmw<" + T + ">(0, &" + addr + ", cv<" + T + ">(" + E.elem(val, "k") + "));");
-    else
-      E.line(go + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
+    std::string go = ok + (single ? " && threadIdx.x == 0" : "");
+    // atomic when other CUDA blocks may add to the same element, or lanes of this one may
+    if (p.has_array || p.ref.shared_by_parallel_programs) emit_atomic_add(E, p.ref.dtype, addr, E.elem(val, "k"), go);
+    else E.line("if (" + go + ") " + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
   });
   E.sync();
 }
@@ -242,8 +246,7 @@ void atomic(Emitter& E, const ir::Eqn& e) {
     E.line(E.elem(o, "k") + " = poison<" + T + ">();");
     std::string call;
     if (cas) call = "atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ")";
-    else if (op == ir::AtomicOp::Add && (t == DType::F32 || t == DType::I32 || t == DType::U32 || t == DType::F64 || t == DType::U64))
-      call = "atomicAdd(&" + addr + ", " + E.elem(e.in[1], "k") + ")";
+    else if (op == ir::AtomicOp::Add) call = atomic_add_expr(t, addr, E.elem(e.in[1], "k"));
     else call = "atom_rmw<" + T + ">(" + std::to_string(code) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
     E.line("if (" + go + ") " + E.elem(o, "k") + " = " + call + ";");
   });
@@ -251,6 +254,30 @@ void atomic(Emitter& E, const ir::Eqn& e) {
 }
 
 }  // namespace
+
+std::string atomic_add_expr(DType t, const std::string& addr, const std::string& value) {
+  switch (t) {
+    case DType::F32:
+    case DType::F64:
+    case DType::I32:
+    case DType::U32:
+    case DType::U64: return "atomicAdd(&" + addr + ", " + value + ")";
+    case DType::I64: return "(i64)atomicAdd((u64*)&" + addr + ", (u64)" + value + ")";
+    case DType::Bool:
+    case DType::I8:
+    case DType::I16:
+    case DType::U8:
+    case DType::U16:
+    case DType::F16:
+    case DType::BF16: return "atom_rmw<" + ctype(t) + ">(0, &" + addr + ", " + value + ")";
+  }
+  throw Error(std::string("atomic add: unknown dtype ") + std::to_string(static_cast<int>(t)));
+}
+
+void emit_atomic_add(Emitter& E, DType t, const std::string& addr, const std::string& value, const std::string& guard) {
+  std::string s = "(void)" + atomic_add_expr(t, addr, value) + ";";
+  E.line(guard.empty() ? s : "if (" + guard + ") " + s);
+}
 
 void register_memory_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::load, load);
