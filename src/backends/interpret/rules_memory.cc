@@ -57,15 +57,24 @@ Access resolve(const Instr& ins, const Val* env) {
   for (int d = 0; d < a.ndims; ++d)
     if (ix.dims[d].kind == IndexDim::Kind::Array) {
       arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
+      a.has_array = true;
       break;
     }
-  ir::IndexPlacement pl = ir::placement(ix, arr_shape.n);
-  a.has_array = pl.has_array;
-  a.arr_rank = a.has_array ? arr_shape.n : 0;
-  a.arr_axis0 = pl.arr_axis0;
+  int slice_axis[kMaxRank];
+  if (a.has_array) {  // (without index arrays the slices are the axes, in order: no allocation)
+    ir::IndexPlacement pl = ir::placement(ix, arr_shape.n);
+    a.arr_rank = arr_shape.n;
+    a.arr_axis0 = pl.arr_axis0;
+    for (int d = 0; d < a.ndims; ++d) slice_axis[d] = pl.slice_axis[d];
+  } else {
+    for (int d = 0, axis = 0; d < a.ndims; ++d) {
+      IndexDim::Kind k = ix.dims[d].kind;
+      slice_axis[d] = k == IndexDim::Kind::Slice || k == IndexDim::Kind::DynSlice ? axis++ : -1;
+    }
+  }
   Dims out;
   out.n = static_cast<int8_t>(a.arr_rank);
-  for (int d = 0; d < a.ndims; ++d) out.n = static_cast<int8_t>(out.n + (pl.slice_axis[d] >= 0));
+  for (int d = 0; d < a.ndims; ++d) out.n = static_cast<int8_t>(out.n + (slice_axis[d] >= 0));
   for (int k = 0; k < a.arr_rank; ++k) out.d[a.arr_axis0 + k] = arr_shape[k];
   for (int d = 0; d < a.ndims; ++d) {
     const IndexDim& x = ix.dims[d];
@@ -76,7 +85,7 @@ Access resolve(const Instr& ins, const Val* env) {
         da.kind = DimAccess::Range;
         da.start = x.kind == IndexDim::Kind::Slice ? x.start : scalar_int(env[ins.in[start + x.operand]]);
         da.step = x.stride;
-        da.axis = pl.slice_axis[d];
+        da.axis = slice_axis[d];
         out.d[da.axis] = x.size;
         break;
       case IndexDim::Kind::Index:
