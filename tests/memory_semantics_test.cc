@@ -37,7 +37,6 @@ TEST(MaskedStaticSlices, SoftmaxRowPastTheEnd) {
       {.grid = {rows},
        .in_specs = {pl::BlockSpec({pl::squeezed, n}, [](pl::Value i) { return pl::idx(i, 0); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, n}, [](pl::Value i) { return pl::idx(i, 0); })},
-       .interpret = true,
        .name = "softmax"});
   auto got = to_doubles(call(x));
   auto xv = to_doubles(x);
@@ -48,7 +47,7 @@ TEST(MaskedStaticSlices, SoftmaxRowPastTheEnd) {
     for (int j = 0; j < n; ++j) s += std::exp(xv[r * n + j] - mx);
     for (int j = 0; j < n; ++j) want[r * n + j] = round_to(std::exp(xv[r * n + j] - mx) / s, pl::f32);
   }
-  EXPECT_TRUE(close(got, want, 4 * tol_for(pl::f32)));
+  EXPECT_TRUE(close(got, want, 1e-5));  // exp and the sums round differently on the GPU
 }
 
 // Mask-true lanes outside the ref read poison and their writes are dropped, per dimension:
@@ -90,7 +89,7 @@ TEST(MaskedStaticSlices, AtomicsAndLargeDynamicSlice) {
         g[pl::all] = pl::load(x, {pl::ds(s, 8)}, {.mask = m, .other = 0.5});
       },
       {pl::ShapeDtype({6}, pl::i32), pl::ShapeDtype({8}, pl::i32), pl::ShapeDtype({8}, pl::f32)},
-      {.grid = {3}, .interpret = true, .name = "matomic"});
+      {.grid = {3}, .name = "matomic"});
   std::vector<float> xs{1, 2, 3, 4, 5, 6};
   auto outs = call({pl::Array::from_vector(xs)});
   EXPECT_EQ(outs[0].to_vector<int32_t>(), std::vector<int32_t>(6, 3));
@@ -101,7 +100,7 @@ TEST(MaskedStaticSlices, AtomicsAndLargeDynamicSlice) {
 TEST(MaskedStaticSlices, UnmaskedOutOfRangeIsStillAnError) {
   pl::Array x = pl::Array::from_vector(std::vector<float>(125, 1.f));
   auto run = [&](auto kernel) {
-    return [=] { pl::pallas_call(kernel, pl::ShapeDtype({128}, pl::f32), {.interpret = true, .name = "oob"})(x); };
+    return [=] { pl::pallas_call(kernel, pl::ShapeDtype({128}, pl::f32), {.name = "oob"})(x); };
   };
   EXPECT_TRUE(throws_error(run([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::load(x, {pl::ds(0, 128)}); }),
                            {"kernel 'oob'", "load", "static slice 0:128 is out of bounds", "f32[125]", "pass a mask"}));
@@ -285,8 +284,9 @@ std::string entries_str(const std::vector<Entry>& es) {
 }
 
 // One kernel per case: o1 = x[idx]; o2 = x, o2[idx] = v; o3 = x, o3[idx] += v, all checked
-// exactly (i32) against np_index: loads read poison outside, stores keep the last write in
-// row-major lane order, += adds every duplicate (np.add.at).
+// exactly (i32) against np_index: loads read poison outside, += adds every duplicate
+// (np.add.at), stores with duplicate targets keep the last lane in row-major order in the
+// interpreter and one of the lanes on the GPU.
 void check_case(const pl::Shape& ref, const std::vector<Entry>& es, uint64_t seed) {
   SCOPED_TRACE("ref " + pl::shape_str(ref) + " index " + entries_str(es));
   NpIndex want = np_index(ref, es);
@@ -332,14 +332,23 @@ void check_case(const pl::Shape& ref, const std::vector<Entry>& es, uint64_t see
   }
   ASSERT_EQ(*got_shape, want.shape);
   std::vector<int32_t> w1, w2 = xs, w3 = xs;
+  std::vector<std::vector<int32_t>> writers(xs.size());
   for (size_t k = 0; k < want.offsets.size(); ++k) {
     int64_t off = want.offsets[k];
     w1.push_back(off >= 0 ? xs[off] : INT32_MIN);
-    if (off >= 0) w2[off] = vs[k], w3[off] += vs[k];
+    if (off >= 0) w2[off] = vs[k], w3[off] += vs[k], writers[off].push_back(vs[k]);
   }
   EXPECT_TRUE(equal(outs[0].to_vector<int32_t>(), w1)) << "load";
-  EXPECT_TRUE(equal(outs[1].to_vector<int32_t>(), w2)) << "store";
   EXPECT_TRUE(equal(outs[2].to_vector<int32_t>(), w3)) << "addupdate";
+  std::vector<int32_t> o2 = outs[1].to_vector<int32_t>();
+  if (call.backend_name() == "interpreter") {
+    EXPECT_TRUE(equal(o2, w2)) << "store";
+  } else {
+    for (size_t f = 0; f < o2.size(); ++f) {
+      bool ok = writers[f].empty() ? o2[f] == xs[f] : std::count(writers[f].begin(), writers[f].end(), o2[f]) > 0;
+      EXPECT_TRUE(ok) << "store: element " << f << " is " << o2[f];
+    }
+  }
 }
 
 TEST(AdvancedIndexing, RandomCombinationsAgainstNumpyRules) {
@@ -459,7 +468,7 @@ pl::Call printer(bool with_check = false) {
         if (with_check) pl::check(s > 0, "sum is {}", s);
       },
       std::vector<pl::ShapeDtype>{},
-      {.grid = {2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })}, .interpret = true, .name = "noout"});
+      {.grid = {2}, .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })}, .name = "noout"});
 }
 
 TEST(NoOutputs, RunsForItsEffects) {
@@ -471,8 +480,10 @@ TEST(NoOutputs, RunsForItsEffects) {
   std::fflush(stdout);
   std::string printed = ::testing::internal::GetCapturedStdout();
   EXPECT_TRUE(outs.empty());
-  EXPECT_THAT(printed, HasSubstr("sum 10"));
-  EXPECT_THAT(printed, HasSubstr("sum 26"));
+  if (c.backend_name() == "interpreter") {  // device printf reaches stdout at the next synchronisation
+    EXPECT_THAT(printed, HasSubstr("sum 10"));
+    EXPECT_THAT(printed, HasSubstr("sum 26"));
+  }
   EXPECT_THAT(c.jaxpr_text(), HasSubstr("debug_print"));
   EXPECT_TRUE(throws_error([&] { c(x); }, {"kernel 'noout'", "0 outputs", "vector form"}));
 }
@@ -489,7 +500,9 @@ TEST(NoOutputs, Transforms) {
   EXPECT_TRUE(tans.empty());
   std::fflush(stdout);
   std::string printed = ::testing::internal::GetCapturedStdout();
-  EXPECT_THAT(printed, HasSubstr("sum 4"));
+  pl::Call p = printer();
+  p.trace({x.shape_dtype()});
+  if (p.backend_name() == "interpreter") EXPECT_THAT(printed, HasSubstr("sum 4"));
   // checkify: the check is reported although there is nothing else to return
   pl::Array neg = pl::Array::from_vector(std::vector<float>{1, 2, 3, 4, -5, -6, -7, -8});
   for (bool slots : {false, true}) {  // the interpreter's check rule, and error outputs
