@@ -31,7 +31,7 @@ double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
-// Compiles for sm_90a; on a GPU also runs and compares against the interpreter.
+// Compiles for sm_90a and runs in the interpreter; on a GPU also runs there and compares.
 void check(const Factory& make, const std::vector<pl::Array>& args, double tol = 1e-5) {
   pl::Call gpu = make(pl::Backend::Auto);
   std::vector<pl::ShapeDtype> shapes;
@@ -44,8 +44,8 @@ void check(const Factory& make, const std::vector<pl::Array>& args, double tol =
   EXPECT_FALSE(c->cubin.empty());
   ::testing::Test::RecordProperty("compile_ms", std::to_string(ms));
 #endif
+  auto want = make(pl::Backend::Interpret)(args);  // without a GPU: at least the kernel runs
   if (!pl::cuda_available()) return;
-  auto want = make(pl::Backend::Interpret)(args);
   auto got = gpu(args);
   ASSERT_EQ(want.size(), got.size());
   for (size_t k = 0; k < want.size(); ++k) {
@@ -261,5 +261,96 @@ TEST(CudaLowering, IotaF16NegativeDimAndManyIndices) {
           o[pl::all] = v;
         },
         pl::ShapeDtype({2, 5, 7}, pl::f32), {.backend = b});
+  }, {x});
+}
+
+// Memory semantics the GPU must share with the interpreter (tests/memory_semantics_test.cc
+// checks them against references in interpret mode).
+
+// Pallas' softmax idiom: ds(0, 128) over a row of 125 with a mask; mask-true lanes outside
+// the row read poison (output 1) and drop their writes, per dimension (output 2 keeps row 2).
+TEST(CudaLowering, MaskedStaticSlicePastTheRef) {
+  auto x = pl::random::normal({6, 125}, pl::f32, 21);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o, pl::Ref raw, pl::Ref w) {
+          pl::Value m = pl::arange(128) < 125;
+          pl::Value row = pl::load(x, {pl::ds(0, 128)}, {.mask = m, .other = -INFINITY});
+          pl::Value e = pl::exp(row - pl::max(row));
+          pl::store(o, {pl::ds(0, 128)}, e / pl::sum(e), {.mask = m});
+          raw[pl::all] = pl::load(x, {pl::ds(0, 128)}, {.mask = pl::arange(128) >= 0});
+          w[pl::all] = pl::zeros({2, 125});
+          pl::store(w, {0, pl::ds(-3, 256, 1)}, pl::full({256}, 1.0), {.mask = pl::arange(256) % 2 == 0});
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({6, 125}, pl::f32), pl::ShapeDtype({6, 128}, pl::f32),
+                                    pl::ShapeDtype({6, 2, 125}, pl::f32)},
+        {.grid = {6},
+         .in_specs = {pl::BlockSpec({pl::squeezed, 125}, [](pl::Value i) { return pl::idx(i, 0); })},
+         .out_specs = {pl::BlockSpec({pl::squeezed, 125}, [](pl::Value i) { return pl::idx(i, 0); }),
+                       pl::BlockSpec({pl::squeezed, 128}, [](pl::Value i) { return pl::idx(i, 0); }),
+                       pl::BlockSpec({pl::squeezed, 2, 125}, [](pl::Value i) { return pl::idx(i, 0, 0); })},
+         .name = "masked_past",
+         .backend = b});
+  }, {x}, 1e-5);
+}
+
+// Index arrays [16,1] and [1,32] with negative entries broadcast to [16,32]; an integer
+// apart from an index array puts the index dims first; a scatter with distinct indices;
+// addupdate with duplicate indices adds every contribution (atomics on the GPU), in i32,
+// f32 (integer values: exact in any order), f16, bf16 and i8 (CAS loops).
+TEST(CudaLowering, AdvancedIndexingAndScatterAdd) {
+  std::vector<int32_t> r(16), c(32), dup(256);
+  for (int k = 0; k < 16; ++k) r[k] = (k * 5) % 16 - (k % 3 == 0 ? 16 : 0);
+  for (int k = 0; k < 32; ++k) c[k] = (k * 7) % 32 - (k % 4 == 0 ? 32 : 0);
+  for (int k = 0; k < 256; ++k) dup[k] = (k * 13) % 40 - 20;  // -20..19 on a dim of 24: each twice or more
+  auto X = pl::random::normal({16, 32}, pl::f32, 22);
+  auto R = pl::Array::from_vector(r, {16, 1}), C = pl::Array::from_vector(c, {1, 32}), D = pl::Array::from_vector(dup, {256});
+  std::vector<double> vals(256);
+  for (int k = 0; k < 256; ++k) vals[k] = (k % 7) - 3;
+  auto V = pl::Array::from_vector(vals, {256});
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref r, pl::Ref c, pl::Ref d, pl::Ref v, pl::Ref g, pl::Ref h, pl::Ref s, pl::Ref a32, pl::Ref af,
+           pl::Ref a16, pl::Ref ab16, pl::Ref a8) {
+          pl::Value ri = r[pl::all], ci = c[pl::all], di = d[pl::all], vv = v[pl::all];
+          g[pl::all] = x(ri, ci);                                   // [16, 32]
+          h[pl::all] = x(pl::ds(2, 8), ci.reshape({32}));           // [8, 32]
+          s[pl::all] = pl::zeros({16, 32});
+          pl::store(s, {ri, ci}, x(ri, ci).get() * 2.0);           // a permutation: distinct targets
+          a32[pl::all] = pl::zeros({24}, pl::i32);
+          a32.at({di}) += vv.astype(pl::i32);
+          af[pl::all] = pl::zeros({3, 24});
+          af.at({1, di}) += vv.astype(pl::f32);
+          a16[pl::all] = pl::zeros({24}, pl::f16);
+          a16.at({di}) += vv.astype(pl::f16);
+          ab16[pl::all] = pl::zeros({24}, pl::bf16);
+          ab16.at({di}) += vv.astype(pl::bf16);
+          a8[pl::all] = pl::zeros({24}, pl::i8);
+          a8.at({di}) += vv.astype(pl::i8);
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({16, 32}, pl::f32), pl::ShapeDtype({8, 32}, pl::f32),
+                                    pl::ShapeDtype({16, 32}, pl::f32), pl::ShapeDtype({24}, pl::i32),
+                                    pl::ShapeDtype({3, 24}, pl::f32), pl::ShapeDtype({24}, pl::f16),
+                                    pl::ShapeDtype({24}, pl::bf16), pl::ShapeDtype({24}, pl::i8)},
+        {.name = "adv_index", .backend = b});
+  }, {X, R, C, D, V}, 0);
+}
+
+// Masked swap returns the operand where the mask is false; a call with no outputs runs.
+TEST(CudaLowering, MaskedSwapAndNoOutputs) {
+  auto x = pl::random::normal({200}, pl::f32, 23), y = pl::random::normal({200}, pl::f32, 24);
+  check([&](pl::Backend b) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref y, pl::Ref o, pl::Ref old) {
+          pl::Value m = pl::arange(256) % 3 != 0;
+          o[pl::all] = x[pl::all];
+          old[pl::all] = pl::swap(o, {pl::ds(0, 256)}, pl::load(y, {pl::ds(0, 256)}, {.mask = m, .other = 7.0}), {.mask = m});
+        },
+        std::vector<pl::ShapeDtype>{pl::ShapeDtype({200}, pl::f32), pl::ShapeDtype({256}, pl::f32)},
+        {.name = "mswap", .backend = b});
+  }, {x, y}, 0);
+  check([&](pl::Backend b) {
+    return pl::pallas_call([](pl::Ref x) { pl::debug_print("{}", {pl::sum(x[pl::all])}); }, std::vector<pl::ShapeDtype>{},
+                           {.grid = {2}, .in_specs = {row(100)}, .name = "noout", .backend = b});
   }, {x});
 }

@@ -179,7 +179,8 @@ TEST(MemoryOps, OutOfBoundsDynamicSlice) {
   for (int k = 0; k < 32; ++k) EXPECT_EQ(o2[k], k >= 28 ? 2.f : -1.f) << k;
 }
 
-// Gathers with out-of-range indices read poison; scatters there are dropped.
+// Gathers with out-of-range indices read poison; scatters there are dropped. A negative
+// entry counts from the end (numpy): -1 is the last element.
 TEST(MemoryOps, OutOfBoundsGatherScatter) {
   std::vector<int32_t> xs{10, 11, 12, 13};
   std::vector<int32_t> idx{0, 4, -1, 3, 100, 2};
@@ -191,7 +192,7 @@ TEST(MemoryOps, OutOfBoundsGatherScatter) {
       },
       {pl::ShapeDtype({6}, pl::i32), pl::ShapeDtype({4}, pl::i32)});
   auto outs = call({pl::Array::from_vector(xs), pl::Array::from_vector(idx)});
-  EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{10, INT32_MIN, INT32_MIN, 13, INT32_MIN, 12}));
+  EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{10, INT32_MIN, 13, 13, INT32_MIN, 12}));
   EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{7, 0, 7, 7}));
 }
 
@@ -220,8 +221,7 @@ TEST(MemoryOps, Swap) {
         old[pl::all] = pl::swap(o, {pl::all}, yr[pl::all]);
         o2[pl::all] = xr[pl::all];
         pl::Value m = pl::arange(16) < 4;
-        pl::Value prev = pl::swap(o2, {pl::all}, yr[pl::all], {.mask = m});
-        old2[pl::all] = pl::where(m, prev, 0.0);  // masked-off lanes of the old values are unspecified
+        old2[pl::all] = pl::swap(o2, {pl::all}, yr[pl::all], {.mask = m});  // masked-off lanes: the operand
       },
       std::vector<pl::ShapeDtype>(4, pl::ShapeDtype({16}, pl::f32)));
   auto outs = call({pl::Array::from_vector(xs), pl::Array::from_vector(ys)});
@@ -230,7 +230,7 @@ TEST(MemoryOps, Swap) {
   auto o2 = outs[2].to_vector<float>(), old2 = outs[3].to_vector<float>();
   for (int k = 0; k < 16; ++k) {
     EXPECT_EQ(o2[k], k < 4 ? ys[k] : xs[k]);
-    EXPECT_EQ(old2[k], k < 4 ? xs[k] : 0.f);
+    EXPECT_EQ(old2[k], k < 4 ? xs[k] : ys[k]);
   }
 }
 
@@ -518,12 +518,12 @@ TEST(MemoryOps, GatherRank3AndIndexArrayShapes) {
         o1[pl::all] = x(pl::all, rv, cv);               // [3, 3]: adjacent arrays stay in place
         o2[pl::all] = x(rv.astype(pl::i32) % 3, pl::all, cv);  // [3, 4]: separated arrays go first
         o3[pl::all] = x(iv);                            // [2, 3, 4, 5]
-        o4[pl::all] = x(1, pl::slice(1, 3), iv.reshape({6}).astype(pl::i32) + 1);  // [2, 6]
+        o4[pl::all] = x(1, pl::slice(1, 3), iv.reshape({6}).astype(pl::i32) + 1);  // [6, 2]: 1 and the array are apart
         pl::Value zero = pl::zeros({2, 3}, pl::i32);
         pl::store(o3, {iv, zero, zero, zero}, pl::full({2, 3}, -1.0, pl::i32));  // scatter with a 2-D index
       },
       {pl::ShapeDtype({3, 3}, pl::i32), pl::ShapeDtype({3, 4}, pl::i32), pl::ShapeDtype({2, 3, 4, 5}, pl::i32),
-       pl::ShapeDtype({2, 6}, pl::i32)});
+       pl::ShapeDtype({6, 2}, pl::i32)});
   auto outs = call({pl::Array::from_vector(xs, {3, 4, 5}), pl::Array::from_vector(r), pl::Array::from_vector(c),
                     pl::Array::from_vector(i2, {2, 3})});
   auto o1 = outs[0].to_vector<int32_t>(), o2 = outs[1].to_vector<int32_t>(), o3 = outs[2].to_vector<int32_t>();
@@ -544,7 +544,7 @@ TEST(MemoryOps, GatherRank3AndIndexArrayShapes) {
         EXPECT_EQ(o3[f], want) << p << "," << b << "," << e;
       }
   for (int a = 0; a < 2; ++a)
-    for (int p = 0; p < 6; ++p) EXPECT_EQ(o4[a * 6 + p], X(1, 1 + a, i2[p] + 1));
+    for (int p = 0; p < 6; ++p) EXPECT_EQ(o4[p * 2 + a], X(1, 1 + a, i2[p] + 1));
 }
 
 }  // namespace

@@ -62,6 +62,10 @@ std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
 }
 
 Array Call::single(const std::vector<Array>& args) const {
+  // checked before running, so a call without exactly one output has no effects here
+  if (state_ && state_->out_shapes.size() != 1)
+    throw Error(state_->what + ": the call has " + std::to_string(state_->out_shapes.size()) +
+                " outputs; use the vector form, call({args...}), to get all of them");
   std::vector<Array> outs = (*this)(args);
   if (outs.size() != 1)
     throw Error(state_->what + ": the call has " + std::to_string(outs.size()) +

@@ -168,7 +168,8 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   c.grid.grid = opts.grid;
   for (int64_t g : opts.grid)
     if (g < 0 && g != dynamic) throw Error(what + ": grid size " + std::to_string(g) + " is negative");
-  if (out_shapes.empty()) throw Error(what + ": a pallas_call needs at least one output shape");
+  // No outputs is allowed (Pallas' out_shape=()): a kernel run for its effects (debug_print,
+  // checks); the call returns an empty vector.
 
   int np = opts.num_scalar_prefetch;
   if (np < 0 || np > static_cast<int>(inputs.size()))

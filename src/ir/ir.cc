@@ -18,6 +18,61 @@ int64_t new_var_id() {
 }
 Var new_var(Aval a) { return Var{new_var_id(), std::move(a)}; }
 
+void bad_enum(const std::string& prim, const char* what, int value) {
+  throw Error(prim + ": unknown " + what + " " + std::to_string(value) + " (a value outside the enum)");
+}
+
+const char* enum_name(AtomicOp op) {
+  switch (op) {
+    case AtomicOp::Add: return "add";
+    case AtomicOp::Max: return "max";
+    case AtomicOp::Min: return "min";
+    case AtomicOp::And: return "and";
+    case AtomicOp::Or: return "or";
+    case AtomicOp::Xor: return "xor";
+    case AtomicOp::Xchg: return "xchg";
+  }
+  bad_enum("atomic_rmw", "atomic op", static_cast<int>(op));
+}
+const char* enum_name(CacheModifier c) {
+  switch (c) {
+    case CacheModifier::CA: return ".ca";
+    case CacheModifier::CG: return ".cg";
+  }
+  bad_enum("load", "cache modifier", static_cast<int>(c));
+}
+const char* enum_name(EvictionPolicy e) {
+  switch (e) {
+    case EvictionPolicy::EvictFirst: return "evict_first";
+    case EvictionPolicy::EvictLast: return "evict_last";
+  }
+  bad_enum("load/store", "eviction policy", static_cast<int>(e));
+}
+
+namespace {
+// The enumerator whose name is `name`, by walking every value of E (0, 1, ... up to `count`).
+template <class E>
+E enum_of(const std::string& name, const std::string& op, const char* what, int count) {
+  std::string names;
+  for (int k = 0; k < count; ++k) {
+    const char* n = enum_name(static_cast<E>(k));
+    if (name == n) return static_cast<E>(k);
+    names += std::string(k ? ", " : "") + "'" + n + "'";
+  }
+  throw Error(op + ": unsupported " + what + " '" + name + "'; use one of " + names);
+}
+}  // namespace
+
+AtomicOp atomic_op_of(const std::string& name, const std::string& op) {
+  return enum_of<AtomicOp>(name, op, "atomic op", kNumAtomicOps);
+}
+CacheModifier cache_modifier_of(const std::string& name, const std::string& op) {
+  return enum_of<CacheModifier>(name, op, "cache modifier", kNumCacheModifiers);
+}
+EvictionPolicy eviction_policy_of(const std::string& name, const std::string& op) {
+  return enum_of<EvictionPolicy>(name, op, "eviction policy", kNumEvictionPolicies);
+}
+
 std::string Aval::str() const {
   std::string s = shape_str(shape, dtype);
   if (!is_ref) return s;
@@ -166,6 +221,9 @@ std::string param_text(const ParamValue& v) {
       Printer p;
       return p.indexer(ix, nullptr, -1);
     }
+    std::string operator()(AtomicOp x) const { return std::string("'") + enum_name(x) + "'"; }
+    std::string operator()(CacheModifier x) const { return std::string("'") + enum_name(x) + "'"; }
+    std::string operator()(EvictionPolicy x) const { return std::string("'") + enum_name(x) + "'"; }
   };
   return std::visit(V{}, v);
 }
@@ -220,5 +278,36 @@ void verify_rec(const Jaxpr& j, const std::string& what) {
 }  // namespace
 
 void verify(const Jaxpr& j, const std::string& what) { verify_rec(j, what); }
+
+IndexPlacement placement(const NDIndexer& ix, int arr_rank) {
+  using K = IndexDim::Kind;
+  IndexPlacement r;
+  r.slice_axis.assign(ix.dims.size(), -1);
+  for (auto& d : ix.dims) r.has_array = r.has_array || d.kind == K::Array;
+  int first = -1, last = -1;
+  bool adjacent = true;
+  if (r.has_array)
+    for (int d = 0; d < static_cast<int>(ix.dims.size()); ++d) {
+      K k = ix.dims[d].kind;
+      if (k != K::Array && k != K::Index && k != K::DynIndex) continue;
+      if (first < 0) first = d;
+      else if (last != d - 1) adjacent = false;
+      last = d;
+    }
+  int axis = 0;
+  bool placed = false;
+  if (r.has_array && !adjacent) r.arr_axis0 = 0, axis = arr_rank, placed = true;
+  for (int d = 0; d < static_cast<int>(ix.dims.size()); ++d) {
+    K k = ix.dims[d].kind;
+    if (k == K::Slice || k == K::DynSlice) {
+      r.slice_axis[d] = axis++;
+    } else if (r.has_array && !placed) {  // the first advanced index, adjacent case
+      r.arr_axis0 = axis;
+      axis += arr_rank;
+      placed = true;
+    }
+  }
+  return r;
+}
 
 }  // namespace pallas::ir

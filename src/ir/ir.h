@@ -80,8 +80,39 @@ struct NDIndexer {
   bool operator==(const NDIndexer&) const = default;
 };
 
+// Where the result axes of ref[indexer] come from (NumPy advanced indexing). With an index
+// array present, the advanced indices are the index arrays and every integer (static or
+// dynamic) of the indexer; their common shape (the index arrays' shape, which all share)
+// forms one block of result axes: where the first advanced index is when the advanced
+// indices are adjacent, else in front. Slices give the other axes, in order. An index-array
+// entry i < 0 addresses i + dim (the tracer has already wrapped static integers).
+struct IndexPlacement {
+  bool has_array = false;
+  int arr_axis0 = 0;            // first result axis of the index-array block
+  std::vector<int> slice_axis;  // per indexed dim: its result axis if a slice, else -1
+};
+IndexPlacement placement(const NDIndexer& ix, int arr_rank);
+
+// Sub-operations and hints carried in params are enums, not strings: every table that takes
+// one switches over it without a default (the compiler flags a missing case) and throws a
+// pl::Error naming the primitive for a value outside the enum. The printer writes the names
+// below in quotes, as the strings were printed before.
+enum class AtomicOp : uint8_t { Add, Max, Min, And, Or, Xor, Xchg };
+enum class CacheModifier : uint8_t { CA, CG };              // ".ca", ".cg"
+enum class EvictionPolicy : uint8_t { EvictFirst, EvictLast };  // "evict_first", "evict_last"
+inline constexpr int kNumAtomicOps = 7, kNumCacheModifiers = 2, kNumEvictionPolicies = 2;
+const char* enum_name(AtomicOp op);  // "add", "max", ...
+const char* enum_name(CacheModifier c);
+const char* enum_name(EvictionPolicy e);
+// The enum value of a name; throws a pl::Error naming `op` and the accepted names otherwise.
+AtomicOp atomic_op_of(const std::string& name, const std::string& op);
+CacheModifier cache_modifier_of(const std::string& name, const std::string& op);
+EvictionPolicy eviction_policy_of(const std::string& name, const std::string& op);
+// For a value outside the enum (a cast of a bad integer): the error every switch ends with.
+[[noreturn]] void bad_enum(const std::string& prim, const char* what, int value);
+
 using ParamValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>, DType, JaxprPtr,
-                                std::vector<JaxprPtr>, NDIndexer>;
+                                std::vector<JaxprPtr>, NDIndexer, AtomicOp, CacheModifier, EvictionPolicy>;
 
 struct Params {
   std::vector<std::pair<std::string, ParamValue>> items;

@@ -4,7 +4,7 @@
 //   load       [ref, dyn..., mask?, other?]
 //   store/swap [ref, value, dyn..., mask?]
 //   addupdate  [ref, value, dyn...]
-//   atomic_rmw [ref, value, dyn..., mask?]    params op = add|max|min|and|or|xor|xchg
+//   atomic_rmw [ref, value, dyn..., mask?]    param op: an ir::AtomicOp (printed 'add', 'max', ...)
 //   atomic_cas [ref, cmp, value, dyn...]
 #include "src/ops/op_util.h"
 
@@ -30,7 +30,7 @@ Layout indexed(const std::string& op, const std::vector<Aval>& in, const Params&
   size_t n = static_cast<size_t>(num_dynamic_indices(ix));
   if (in.size() < start + n) fail(op, "missing index operands");
   std::vector<Aval> dyn(in.begin() + start, in.begin() + start + n);
-  return {indexed_shape(op, ref, ix, dyn), start + n};
+  return {indexed_shape(op, ref, ix, dyn, p.get_bool("has_mask")), start + n};
 }
 
 void check_value(const std::string& op, const Aval& ref, const Shape& shape, const Aval& v, const char* what) {
@@ -82,16 +82,28 @@ void register_memory() {
   define_primitive(
       PrimId::atomic_rmw, ir::PrimKind::Memory,
       [](const std::vector<Aval>& in, const Params& p) {
-        const std::string op = "atomic_" + p.get<std::string>("op");
+        const ir::AtomicOp kind = p.get<ir::AtomicOp>("op");
+        const std::string op = std::string("atomic_") + ir::enum_name(kind);
         Layout l = indexed(op, in, p);
         check_value(op, in[0], l.shape, in.at(1), "the value");
         DType t = in[0].dtype;
-        const std::string& kind = p.get<std::string>("op");
         if (t == DType::Bool || t == DType::I8 || t == DType::I16 || t == DType::U8 || t == DType::U16 || t == DType::BF16)
           fail(op, std::string("does not support ") + dtype_name(t));
-        if (t == DType::F16 && kind != "add") fail(op, "does not support f16");
-        if (is_float(t) && (kind == "and" || kind == "or" || kind == "xor"))
-          fail(op, std::string("needs an integer ref, got ") + in[0].str());
+        bool bitwise = false;
+        switch (kind) {
+          case ir::AtomicOp::Add: break;
+          case ir::AtomicOp::Max:
+          case ir::AtomicOp::Min:
+          case ir::AtomicOp::Xchg:
+            if (t == DType::F16) fail(op, "does not support f16");
+            break;
+          case ir::AtomicOp::And:
+          case ir::AtomicOp::Or:
+          case ir::AtomicOp::Xor:
+            bitwise = true;
+            break;
+        }
+        if (bitwise && is_float(t)) fail(op, std::string("needs an integer ref, got ") + in[0].str());
         size_t k = l.after_dyn;
         if (p.get_bool("has_mask")) check_mask(op, l.shape, in.at(k++));
         if (k != in.size()) fail(op, "has unexpected operands");

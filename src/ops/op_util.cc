@@ -1,5 +1,7 @@
 #include "src/ops/op_util.h"
 
+#include <algorithm>
+
 namespace pallas::ops {
 
 void fail(const std::string& op, const std::string& msg) { throw Error(op + ": " + msg); }
@@ -33,15 +35,14 @@ int num_dynamic_indices(const ir::NDIndexer& ix) {
   return n;
 }
 
-Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer& ix, const std::vector<Aval>& dyn) {
+Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer& ix, const std::vector<Aval>& dyn,
+                    bool masked) {
   using K = ir::IndexDim::Kind;
   if (static_cast<int>(ix.dims.size()) != ref.ndim())
     fail(op, "indexer has " + std::to_string(ix.dims.size()) + " entries for the rank-" + std::to_string(ref.ndim()) +
                  " ref " + ref.str());
-  Shape out;
   Shape arr_shape;
-  int first_array = -1, last_array = -1, n_arrays = 0;
-  bool arrays_adjacent = true;
+  int n_arrays = 0;
   for (int d = 0; d < ref.ndim(); ++d) {
     const auto& x = ix.dims[d];
     auto dyn_aval = [&]() -> const Aval& {
@@ -51,21 +52,23 @@ Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer&
     switch (x.kind) {
       case K::Slice:
         if (x.size < 0 || x.stride < 1) fail(op, "slice of size " + std::to_string(x.size) + " and stride " + std::to_string(x.stride) + " is invalid");
-        if (x.start < 0 || x.start + (x.size - 1) * x.stride >= ref.shape[d] + (x.size == 0 ? 1 : 0))
+        // With a mask, a static slice may reach past the ref: the mask guards those lanes
+        // (the Triton idiom ds(0, next_power_of_2(n)) on a row of n).
+        if (!masked && (x.start < 0 || x.start + (x.size - 1) * x.stride >= ref.shape[d] + (x.size == 0 ? 1 : 0)))
           fail(op, "static slice " + std::to_string(x.start) + ":" + std::to_string(x.start + x.size * x.stride) +
-                       " is out of bounds for dimension " + std::to_string(d) + " of " + ref.str());
-        out.push_back(x.size);
+                       " is out of bounds for dimension " + std::to_string(d) + " of " + ref.str() +
+                       "; pass a mask (pl::load / pl::store / atomics take .mask) that is false on the lanes outside the ref");
         break;
       case K::DynSlice: {
         const Aval& s = dyn_aval();
         if (!s.shape.empty() || !is_integer(s.dtype))
           fail(op, "ds() start must be an integer scalar, got " + s.str());
-        if (x.size > ref.shape[d])
-          fail(op, "ds(start, " + std::to_string(x.size) + ") is larger than dimension " + std::to_string(d) + " of " + ref.str());
+        if (!masked && x.size > ref.shape[d])
+          fail(op, "ds(start, " + std::to_string(x.size) + ") is larger than dimension " + std::to_string(d) + " of " +
+                       ref.str() + "; pass a mask that is false on the lanes outside the ref");
         if (x.size < 0 || x.stride < 1)
           fail(op, "ds(start, " + std::to_string(x.size) + ", " + std::to_string(x.stride) +
                        ") is invalid: the size must be non-negative and the stride positive");
-        out.push_back(x.size);
         break;
       }
       case K::Index:
@@ -80,36 +83,22 @@ Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer&
       case K::Array: {
         const Aval& s = dyn_aval();
         if (!is_integer(s.dtype)) fail(op, "an index array must have an integer dtype, got " + s.str());
-        if (n_arrays == 0) {
-          arr_shape = s.shape;
-          first_array = d;
-        } else {
-          if (s.shape != arr_shape)
-            fail(op, "index arrays must have the same shape, got " + shape_str(arr_shape) + " and " + shape_str(s.shape));
-          if (last_array != d - 1) arrays_adjacent = false;
-        }
-        last_array = d;
-        ++n_arrays;
-        // mark position with a placeholder
-        out.push_back(-2);
+        if (n_arrays++ == 0) arr_shape = s.shape;
+        else if (s.shape != arr_shape)
+          fail(op, "index arrays must have the same shape (pl::load and friends broadcast them), got " + shape_str(arr_shape) +
+                       " and " + shape_str(s.shape));
         break;
       }
     }
   }
-  if (n_arrays == 0) return out;
-  // numpy advanced indexing: the broadcast index shape replaces the first array dim when the
-  // array indexers are adjacent, else it goes first.
-  Shape res;
-  bool placed = false;
-  if (!arrays_adjacent) res = arr_shape, placed = true;
-  for (int64_t s : out) {
-    if (s == -2) {
-      if (!placed) res.insert(res.end(), arr_shape.begin(), arr_shape.end()), placed = true;
-    } else {
-      res.push_back(s);
-    }
-  }
-  (void)first_array;
+  // numpy advanced indexing (ir::placement): slices in order, the index shape as one block
+  ir::IndexPlacement pl = ir::placement(ix, static_cast<int>(arr_shape.size()));
+  Shape res(static_cast<size_t>(std::count_if(pl.slice_axis.begin(), pl.slice_axis.end(), [](int a) { return a >= 0; })) +
+            (pl.has_array ? arr_shape.size() : 0));
+  for (int d = 0; d < ref.ndim(); ++d)
+    if (pl.slice_axis[d] >= 0) res[static_cast<size_t>(pl.slice_axis[d])] = ix.dims[d].size;
+  if (pl.has_array)
+    for (size_t k = 0; k < arr_shape.size(); ++k) res[static_cast<size_t>(pl.arr_axis0) + k] = arr_shape[k];
   return res;
 }
 

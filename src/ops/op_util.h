@@ -17,8 +17,10 @@ void expect_array(const std::string& op, const Aval& a, const char* which);
 std::string avals_str(const std::vector<Aval>& in);
 int normalize_axis(const std::string& op, int64_t axis, int ndim);
 
-// Shape of ref[indexer]; dyn are the avals of the dynamic-index operands.
-Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer& ix, const std::vector<Aval>& dyn);
+// Shape of ref[indexer]; dyn are the avals of the dynamic-index operands. Static slices (and
+// ds sizes) that reach past the ref are errors unless the access is masked.
+Shape indexed_shape(const std::string& op, const Aval& ref, const ir::NDIndexer& ix, const std::vector<Aval>& dyn,
+                    bool masked = false);
 int num_dynamic_indices(const ir::NDIndexer& ix);
 
 enum class Family : uint8_t { Any, Numeric, Float, Int, IntOrBool };

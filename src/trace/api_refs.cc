@@ -1,4 +1,6 @@
 // Refs: indexing into NDIndexers, loads, stores, atomics.
+#include <optional>
+
 #include "pallas/kernel.h"
 #include "src/ops/op_util.h"
 #include "src/trace/api_util.h"
@@ -27,7 +29,8 @@ struct Indexed {
   Shape shape;
 };
 
-Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in) {
+// masked: the access has a mask, so static slices may reach past the ref.
+Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in, bool masked) {
   const ir::Aval& a = trace::aval_of(ref, op);
   if (!a.is_ref) throw Error(std::string("pl::") + op + ": " + a.str() + " is not a ref");
   // ref[pl::all] on a rank-0 ref is the whole ref, as ref[...] in Pallas
@@ -78,9 +81,22 @@ Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in) {
     }
     r.ix.dims.push_back(x);
   }
+  // Index arrays broadcast against each other (numpy); the primitive takes them all in the
+  // broadcast shape.
+  std::optional<Shape> arr_shape;
+  const std::string bop = std::string("pl::") + op + ": index arrays";
+  for (auto& x : r.ix.dims)
+    if (x.kind == IndexDim::Kind::Array) {
+      const Shape& s = r.dyn[static_cast<size_t>(x.operand)].shape();
+      arr_shape = arr_shape ? api::broadcast_shapes(bop.c_str(), *arr_shape, s) : s;
+    }
+  if (arr_shape)
+    for (auto& x : r.ix.dims)
+      if (x.kind == IndexDim::Kind::Array && r.dyn[static_cast<size_t>(x.operand)].shape() != *arr_shape)
+        r.dyn[static_cast<size_t>(x.operand)] = api::broadcast(r.dyn[static_cast<size_t>(x.operand)], *arr_shape);
   std::vector<ir::Aval> dav;
   for (auto& v : r.dyn) dav.push_back(v.impl()->aval);
-  r.shape = ops::indexed_shape(op, a, r.ix, dav);
+  r.shape = ops::indexed_shape(op, a, r.ix, dav, masked);
   return r;
 }
 
@@ -103,13 +119,13 @@ ir::Params index_params(const Indexed& ix, int64_t start) {
   return {{"idx", ix.ix}, {"idx_start", start}};
 }
 
-Value atomic(const char* kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
-  std::string op = std::string("atomic_") + kind;
-  Indexed ix = make_indexer(op.c_str(), ref.value(), idx);
+Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
+  std::string op = std::string("atomic_") + ir::enum_name(kind);
+  Indexed ix = make_indexer(op.c_str(), ref.value(), idx, mask.defined());
   std::vector<Value> in{ref.value(), fit_value(op.c_str(), v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 2);
-  p.set("op", std::string(kind));
+  p.set("op", kind);
   p.set_flag("has_mask", mask.defined());
   if (mask.defined()) in.push_back(fit_mask(op.c_str(), mask, ix.shape));
   return trace::bind1(PrimId::atomic_rmw, in, p);
@@ -118,7 +134,7 @@ Value atomic(const char* kind, const Ref& ref, const Indexers& idx, const Value&
 }  // namespace
 
 Value load(const Ref& ref, Indexers idx, LoadOptions o) {
-  Indexed ix = make_indexer("load", ref.value(), idx);
+  Indexed ix = make_indexer("load", ref.value(), idx, o.mask.defined());
   std::vector<Value> in{ref.value()};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 1);
@@ -127,8 +143,8 @@ Value load(const Ref& ref, Indexers idx, LoadOptions o) {
   if (o.other.defined() && !o.mask.defined()) throw Error("pl::load: other requires mask to be provided");
   if (o.mask.defined()) in.push_back(fit_mask("load", o.mask, ix.shape));
   if (o.other.defined()) in.push_back(fit_value("load", o.other, ref.dtype(), ix.shape));
-  if (!o.cache_modifier.empty()) p.set("cache_modifier", o.cache_modifier);
-  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  if (!o.cache_modifier.empty()) p.set("cache_modifier", ir::cache_modifier_of(o.cache_modifier, "pl::load"));
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::load"));
   if (o.is_volatile) p.set("is_volatile", true);
   return trace::bind1(PrimId::load, in, p);
 }
@@ -136,7 +152,7 @@ Value load(const Ref& ref, Indexers idx, LoadOptions o) {
 namespace {
 std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers& idx, const Value& v,
                                   const Value& mask, ir::Params* p) {
-  Indexed ix = make_indexer(op, ref.value(), idx);
+  Indexed ix = make_indexer(op, ref.value(), idx, mask.defined());
   std::vector<Value> in{ref.value(), fit_value(op, v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   *p = index_params(ix, 2);
@@ -149,7 +165,7 @@ std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers
 void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
   ir::Params p;
   auto in = store_operands("store", ref, idx, v, o.mask, &p);
-  if (!o.eviction_policy.empty()) p.set("eviction_policy", o.eviction_policy);
+  if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::store"));
   trace::bind(PrimId::store, in, p);
 }
 
@@ -159,15 +175,15 @@ Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
   return trace::bind1(PrimId::swap, in, p);
 }
 
-Value atomic_add(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("add", r, i, v, m); }
-Value atomic_max(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("max", r, i, v, m); }
-Value atomic_min(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("min", r, i, v, m); }
-Value atomic_and_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("and", r, i, v, m); }
-Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("or", r, i, v, m); }
-Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xor", r, i, v, m); }
-Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic("xchg", r, i, v, m); }
+Value atomic_add(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Add, r, i, v, m); }
+Value atomic_max(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Max, r, i, v, m); }
+Value atomic_min(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Min, r, i, v, m); }
+Value atomic_and_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::And, r, i, v, m); }
+Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Or, r, i, v, m); }
+Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xor, r, i, v, m); }
+Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xchg, r, i, v, m); }
 Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v) {
-  Indexed ix = make_indexer("atomic_cas", ref.value(), idx);
+  Indexed ix = make_indexer("atomic_cas", ref.value(), idx, false);
   std::vector<Value> in{ref.value(), fit_value("atomic_cas", cmp, ref.dtype(), ix.shape),
                         fit_value("atomic_cas", v, ref.dtype(), ix.shape)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());

@@ -154,14 +154,24 @@ JvpOut store_rule(JvpArgs& a) {
 }
 
 JvpOut atomic_rule(JvpArgs& a) {
-  const std::string& op = a.eqn.params.get<std::string>("op");
+  const ir::AtomicOp op = a.eqn.params.get<ir::AtomicOp>("op");
   JvpOut o{copy(a), {}};
   if (!a.t[0].defined()) {
     if (a.t[1].defined() && is_float(a.x[0].dtype())) need_tangent(a);
     return o;
   }
-  if (op != "add" && op != "xchg")
-    throw Error(a.scope.what + ": jvp of atomic_" + op + " on the floating ref " + a.x[0].str() +
+  bool linear = false;  // the tangent update is the same op on the tangents
+  switch (op) {
+    case ir::AtomicOp::Add:
+    case ir::AtomicOp::Xchg: linear = true; break;
+    case ir::AtomicOp::Max:
+    case ir::AtomicOp::Min:
+    case ir::AtomicOp::And:
+    case ir::AtomicOp::Or:
+    case ir::AtomicOp::Xor: linear = false; break;
+  }
+  if (!linear)
+    throw Error(a.scope.what + ": jvp of atomic_" + ir::enum_name(op) + " on the floating ref " + a.x[0].str() +
                 " is not supported: its tangent depends on which program wins the race; use atomic_add or "
                 "pl::stop_gradient the value");
   std::vector<Value> in = with(a.x, 0, a.t[0]);

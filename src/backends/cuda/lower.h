@@ -82,6 +82,15 @@ class Emitter {
   void bind(const ir::Var& inner, const ir::Atom& outer);
 };
 
+// Atomic `addr += value` on the device (rules_memory.cc). `addr` is an lvalue of the storage
+// type of t (a ref element), `value` an expression of that type. Native atomicAdd for f32,
+// f64, i32, u32, i64/u64 (as u64: two's complement wraps alike); a CAS loop on the aligned
+// 32-bit word holding the element for f16, bf16, bool and 8/16-bit integers (16-bit floats
+// add in f32 and round once, as the interpreter). atomic_add_expr yields the old value;
+// emit_atomic_add emits the statement, under `guard` when it is not empty.
+std::string atomic_add_expr(DType t, const std::string& addr, const std::string& value);
+void emit_atomic_add(Emitter& E, DType t, const std::string& addr, const std::string& value, const std::string& guard = "");
+
 using LowerRule = std::function<void(Emitter&, const ir::Eqn&)>;
 ir::RuleTable<LowerRule>& lowering_rules();
 

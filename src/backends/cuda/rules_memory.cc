@@ -15,6 +15,7 @@ struct Plan {
   Shape out_shape;
   size_t after_dyn = 0;
   std::vector<std::string> arr_shared;  // per dim: shared copy of an index array ("" if local/none)
+  bool has_array = false;  // integer-array (gather/scatter) indices
   int arr_axis0 = 0, arr_rank = 0;
   Shape arr_shape;
   std::vector<int> axis;  // per ref dim: output axis for slices
@@ -34,34 +35,22 @@ Plan plan(Emitter& E, const ir::Eqn& e, const Shape& out_shape) {
   for (auto& d : ix.dims)
     if (d.operand >= 0) n = std::max(n, d.operand + 1);
   p.after_dyn = start + static_cast<size_t>(n);
-  int first = -1, last = -1;
-  bool adjacent = true;
   for (size_t d = 0; d < ix.dims.size(); ++d)
     if (ix.dims[d].kind == IndexDim::Kind::Array) {
-      if (first < 0) {
-        first = static_cast<int>(d);
-        p.arr_shape = ir::atom_aval(e.in[start + static_cast<size_t>(ix.dims[d].operand)]).shape;
-      } else if (last != static_cast<int>(d) - 1) {
-        adjacent = false;
-      }
-      last = static_cast<int>(d);
+      p.arr_shape = ir::atom_aval(e.in[start + static_cast<size_t>(ix.dims[d].operand)]).shape;
+      break;
     }
-  p.arr_rank = first >= 0 ? static_cast<int>(p.arr_shape.size()) : 0;
-  int axis = 0;
-  bool placed = first >= 0 && !adjacent;
-  if (placed) axis = p.arr_rank;
-  p.axis.assign(ix.dims.size(), -1);
+  // numpy placement, as the interpreter (ir::placement)
+  ir::IndexPlacement pl = ir::placement(ix, static_cast<int>(p.arr_shape.size()));
+  p.has_array = pl.has_array;
+  p.arr_rank = pl.has_array ? static_cast<int>(p.arr_shape.size()) : 0;
+  p.arr_axis0 = pl.arr_axis0;
+  p.axis = pl.slice_axis;
   p.arr_shared.assign(ix.dims.size(), "");
   size_t xo = 0;
   for (size_t d = 0; d < ix.dims.size(); ++d) {
     const IndexDim& x = ix.dims[d];
-    if (x.kind == IndexDim::Kind::Slice || x.kind == IndexDim::Kind::DynSlice) p.axis[d] = axis++;
     if (x.kind == IndexDim::Kind::Array) {
-      if (!placed) {
-        p.arr_axis0 = axis;
-        axis += p.arr_rank;
-        placed = true;
-      }
       const ir::Atom& a = e.in[start + static_cast<size_t>(x.operand)];
       ir::Aval av = ir::atom_aval(a);
       if (!Emitter::scalar_like(av) && av.shape != out_shape) {
@@ -114,9 +103,14 @@ std::string address(Emitter& E, const Plan& p, std::string* ok) {
         case IndexDim::Kind::DynIndex: c = "((long long)" + dyn + ")"; break;
         case IndexDim::Kind::Array: {
           const ir::Atom& a = e.in[start + static_cast<size_t>(x->operand)];
-          if (Emitter::scalar_like(ir::atom_aval(a))) c = "((long long)" + E.name(a) + ")";
-          else if (p.arr_shared[d].empty()) c = "((long long)" + E.elem(a, "k") + ")";
-          else c = "((long long)" + p.arr_shared[d] + "[" + arr_flat + "])";
+          std::string v;
+          if (Emitter::scalar_like(ir::atom_aval(a))) v = E.name(a);
+          else if (p.arr_shared[d].empty()) v = E.elem(a, "k");
+          else v = p.arr_shared[d] + "[" + arr_flat + "]";
+          // a negative entry counts from the end of the dimension, as in the interpreter
+          std::string raw = E.fresh("a");
+          E.line("const long long " + raw + " = (long long)" + v + ";");
+          c = "(" + raw + " < 0 ? " + raw + " + " + std::to_string(p.ref.shape[d]) + "ll : " + raw + ")";
           break;
         }
       }
@@ -164,7 +158,10 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
     E.foreach(shape, [&] {
       std::string ok;
       std::string addr = address(E, p, &ok);
-      E.line(E.elem(e.out[0], "k") + " = " + ok + (mask ? " && " + E.elem(*mask, "k") : "") + " ? " + addr + " : poison<" + T + ">();");
+      // masked-off lanes return the operand (the value not stored), as the interpreter
+      std::string v = "(" + ok + " ? " + addr + " : poison<" + T + ">())";
+      if (mask) v = "(" + E.elem(*mask, "k") + " ? " + v + " : " + E.elem(val, "k") + ")";
+      E.line(E.elem(e.out[0], "k") + " = " + v + ";");
     });
     E.sync();
   }
@@ -177,6 +174,11 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
   E.sync();
 }
 
+// ref[idx] += v. With index arrays, several lanes of the program may address one element;
+// the interpreter then adds every contribution in lane order (numpy's np.add.at, not the
+// last-write-wins of `x[idx] += v`), so the GPU adds atomically: the same sum, in some order
+// (floats may round differently). Without index arrays every lane has its own element, and
+// only a block that programs on parallel grid axes may share needs atomics.
 void addupdate(Emitter& E, const ir::Eqn& e) {
   const ir::Atom& val = e.in[1];
   Shape shape = ir::atom_aval(val).shape;
@@ -186,23 +188,26 @@ void addupdate(Emitter& E, const ir::Eqn& e) {
   E.foreach(shape, [&] {
     std::string ok;
     std::string addr = address(E, p, &ok);
-    std::string go = "if (" + ok + (single ? " && threadIdx.x == 0" : "") + ") ";
-    if (p.ref.shared_by_parallel_programs)  // other CUDA blocks may add to the same element
-      E.line(go + "atom_rmw<" + T + ">(0, &" + addr + ", cv<" + T + ">(" + E.elem(val, "k") + "));");
-    else
-      E.line(go + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
+    std::string go = ok + (single ? " && threadIdx.x == 0" : "");
+    // atomic when other CUDA blocks may add to the same element, or lanes of this one may
+    if (p.has_array || p.ref.shared_by_parallel_programs) emit_atomic_add(E, p.ref.dtype, addr, E.elem(val, "k"), go);
+    else E.line("if (" + go + ") " + addr + " = cv<" + T + ">(p_add<" + C + ">(ld(" + addr + "), ld(" + E.elem(val, "k") + ")));");
   });
   E.sync();
 }
 
-int opcode(const std::string& op) {
-  if (op == "add") return 0;
-  if (op == "max") return 1;
-  if (op == "min") return 2;
-  if (op == "and") return 3;
-  if (op == "or") return 4;
-  if (op == "xor") return 5;
-  return 6;  // xchg
+// The device prelude's op codes (atom_apply).
+int opcode(const ir::Eqn& e, ir::AtomicOp op) {
+  switch (op) {
+    case ir::AtomicOp::Add: return 0;
+    case ir::AtomicOp::Max: return 1;
+    case ir::AtomicOp::Min: return 2;
+    case ir::AtomicOp::And: return 3;
+    case ir::AtomicOp::Or: return 4;
+    case ir::AtomicOp::Xor: return 5;
+    case ir::AtomicOp::Xchg: return 6;
+  }
+  ir::bad_enum(e.prim->name, "atomic op", static_cast<int>(op));
 }
 
 void atomic(Emitter& E, const ir::Eqn& e) {
@@ -212,8 +217,10 @@ void atomic(Emitter& E, const ir::Eqn& e) {
   const ir::Atom* mask = !cas && e.params.get_bool("has_mask") ? &e.in[p.after_dyn] : nullptr;
   std::string T = ctype(p.ref.dtype);
   DType t = p.ref.dtype;
-  std::string op = cas ? "" : e.params.get<std::string>("op");
-  if ((op == "and" || op == "or" || op == "xor") && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
+  ir::AtomicOp op = cas ? ir::AtomicOp::Xchg : e.params.get<ir::AtomicOp>("op");
+  int code = cas ? -1 : opcode(e, op);
+  bool bitwise = !cas && (op == ir::AtomicOp::And || op == ir::AtomicOp::Or || op == ir::AtomicOp::Xor);
+  if (bitwise && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
   bool single = Emitter::scalar_like(o.aval);
   E.declare(o);
   E.foreach(o.aval.shape, [&] {
@@ -230,7 +237,7 @@ void atomic(Emitter& E, const ir::Eqn& e) {
       if (cas)
         E.line("if (" + go + ") " + xs + "[0] = atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ");");
       else
-        E.line("if (" + go + ") " + xs + "[0] = atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ");");
+        E.line("if (" + go + ") " + xs + "[0] = atom_rmw<" + T + ">(" + std::to_string(code) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ");");
       E.sync();
       E.line(E.name(o) + " = " + xs + "[0];");
       E.sync();
@@ -239,15 +246,38 @@ void atomic(Emitter& E, const ir::Eqn& e) {
     E.line(E.elem(o, "k") + " = poison<" + T + ">();");
     std::string call;
     if (cas) call = "atom_cas<" + T + ">(&" + addr + ", " + E.elem(e.in[1], "k") + ", " + E.elem(e.in[2], "k") + ")";
-    else if (op == "add" && (t == DType::F32 || t == DType::I32 || t == DType::U32 || t == DType::F64 || t == DType::U64))
-      call = "atomicAdd(&" + addr + ", " + E.elem(e.in[1], "k") + ")";
-    else call = "atom_rmw<" + T + ">(" + std::to_string(opcode(op)) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
+    else if (op == ir::AtomicOp::Add) call = atomic_add_expr(t, addr, E.elem(e.in[1], "k"));
+    else call = "atom_rmw<" + T + ">(" + std::to_string(code) + ", &" + addr + ", " + E.elem(e.in[1], "k") + ")";
     E.line("if (" + go + ") " + E.elem(o, "k") + " = " + call + ";");
   });
   E.sync();
 }
 
 }  // namespace
+
+std::string atomic_add_expr(DType t, const std::string& addr, const std::string& value) {
+  switch (t) {
+    case DType::F32:
+    case DType::F64:
+    case DType::I32:
+    case DType::U32:
+    case DType::U64: return "atomicAdd(&" + addr + ", " + value + ")";
+    case DType::I64: return "(i64)atomicAdd((u64*)&" + addr + ", (u64)" + value + ")";
+    case DType::Bool:
+    case DType::I8:
+    case DType::I16:
+    case DType::U8:
+    case DType::U16:
+    case DType::F16:
+    case DType::BF16: return "atom_rmw<" + ctype(t) + ">(0, &" + addr + ", " + value + ")";
+  }
+  throw Error(std::string("atomic add: unknown dtype ") + std::to_string(static_cast<int>(t)));
+}
+
+void emit_atomic_add(Emitter& E, DType t, const std::string& addr, const std::string& value, const std::string& guard) {
+  std::string s = "(void)" + atomic_add_expr(t, addr, value) + ";";
+  E.line(guard.empty() ? s : "if (" + guard + ") " + s);
+}
 
 void register_memory_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::load, load);

@@ -51,32 +51,31 @@ Access resolve(const Instr& ins, const Val* env) {
   const Val& ref = env[ins.in[0]];
   Access a;
   a.ndims = ref.shape.n;
-  // Output axes: non-array dims in order; the array block goes at the first array dim when
-  // the array dims are adjacent, else first (numpy).
-  int first_arr = -1, last_arr = -1;
-  bool adjacent = true;
+  // Output axes (numpy, ir::placement): slices in order; the index-array block where the
+  // first advanced index (array or integer) is when they are adjacent, else first.
   Dims arr_shape;
   for (int d = 0; d < a.ndims; ++d)
     if (ix.dims[d].kind == IndexDim::Kind::Array) {
-      if (first_arr < 0) {
-        first_arr = d;
-        arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
-      } else if (last_arr != d - 1) {
-        adjacent = false;
-      }
-      last_arr = d;
+      arr_shape = env[ins.in[start + ix.dims[d].operand]].shape;
+      a.has_array = true;
+      break;
     }
-  a.has_array = first_arr >= 0;
-  a.arr_rank = a.has_array ? arr_shape.n : 0;
-  int axis = 0;
-  if (a.has_array && !adjacent) {
-    a.arr_axis0 = 0;
-    axis = a.arr_rank;
+  int slice_axis[kMaxRank];
+  if (a.has_array) {  // (without index arrays the slices are the axes, in order: no allocation)
+    ir::IndexPlacement pl = ir::placement(ix, arr_shape.n);
+    a.arr_rank = arr_shape.n;
+    a.arr_axis0 = pl.arr_axis0;
+    for (int d = 0; d < a.ndims; ++d) slice_axis[d] = pl.slice_axis[d];
+  } else {
+    for (int d = 0, axis = 0; d < a.ndims; ++d) {
+      IndexDim::Kind k = ix.dims[d].kind;
+      slice_axis[d] = k == IndexDim::Kind::Slice || k == IndexDim::Kind::DynSlice ? axis++ : -1;
+    }
   }
-  bool placed = a.has_array && !adjacent;
   Dims out;
-  if (placed)
-    for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
+  out.n = static_cast<int8_t>(a.arr_rank);
+  for (int d = 0; d < a.ndims; ++d) out.n = static_cast<int8_t>(out.n + (slice_axis[d] >= 0));
+  for (int k = 0; k < a.arr_rank; ++k) out.d[a.arr_axis0 + k] = arr_shape[k];
   for (int d = 0; d < a.ndims; ++d) {
     const IndexDim& x = ix.dims[d];
     DimAccess& da = a.dims[d];
@@ -86,8 +85,8 @@ Access resolve(const Instr& ins, const Val* env) {
         da.kind = DimAccess::Range;
         da.start = x.kind == IndexDim::Kind::Slice ? x.start : scalar_int(env[ins.in[start + x.operand]]);
         da.step = x.stride;
-        da.axis = axis++;
-        out.d[out.n++] = x.size;
+        da.axis = slice_axis[d];
+        out.d[da.axis] = x.size;
         break;
       case IndexDim::Kind::Index:
       case IndexDim::Kind::DynIndex:
@@ -97,19 +96,12 @@ Access resolve(const Instr& ins, const Val* env) {
       case IndexDim::Kind::Array:
         da.kind = DimAccess::Array;
         da.arr = env[ins.in[start + x.operand]].as<int32_t>();
-        if (!placed) {
-          a.arr_axis0 = axis;
-          axis += a.arr_rank;
-          for (int k = 0; k < arr_shape.n; ++k) out.d[out.n++] = arr_shape[k];
-          placed = true;
-        }
         break;
     }
   }
   a.out_shape = out;
   return a;
 }
-
 
 // Strided view of the accessed region when it is rectangular and in bounds.
 bool rectangular(const Access& a, const Val& ref, int64_t* offset, Dims* strides) {
@@ -204,6 +196,7 @@ void for_each_element(const Access& a, const Val& ref, F&& f) {
     for (int d = 0; d < a.ndims; ++d) {
       const DimAccess& x = a.dims[d];
       int64_t c = x.kind == DimAccess::Fixed ? x.start : x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.arr[arr_flat];
+      if (x.kind == DimAccess::Array && c < 0) c += ref.shape[d];  // negative entries count from the end
       if (c < 0 || c >= ref.shape[d]) inb = false;
       off += c * ref.strides[d];
     }
@@ -288,10 +281,11 @@ void store_rule(const Instr& ins, Val* env, Ctx&) {
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
 }
 
+// Masked-off lanes of the result are the operand (the value that was not stored), as Pallas.
 void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
-  Val old = read(ins, env, ctx, a, mask, nullptr);
+  Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
   env[ins.out[0]] = old;
 }
@@ -315,53 +309,47 @@ Val rmw(const Instr& ins, Val* env, Ctx& ctx, const Access& a, const bool* mask,
   return old;
 }
 
-enum class RmwOp { Add, Max, Min, And, Or, Xor, Xchg };
-
-RmwOp rmw_op(const std::string& op) {
-  if (op == "add") return RmwOp::Add;
-  if (op == "max") return RmwOp::Max;
-  if (op == "min") return RmwOp::Min;
-  if (op == "and") return RmwOp::And;
-  if (op == "or") return RmwOp::Or;
-  if (op == "xor") return RmwOp::Xor;
-  if (op == "xchg") return RmwOp::Xchg;
-  throw Error("interpreter: unknown atomic op '" + op + "'");
-}
+using ir::AtomicOp;
 
 template <class T>
-T combine(RmwOp op, T cur, T v) {
+T combine(AtomicOp op, T cur, T v) {
   using E = Elem<T>;
   using C = typename E::C;
   C a = E::get(cur), b = E::get(v);
+  constexpr bool int_like = std::is_integral_v<C> && !std::is_same_v<C, bool>;
   switch (op) {
-    case RmwOp::Add:
-      if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>)
+    case AtomicOp::Add:
+      if constexpr (int_like)
         return E::put(static_cast<C>(static_cast<std::make_unsigned_t<C>>(a) + static_cast<std::make_unsigned_t<C>>(b)));
       else
         return E::put(static_cast<C>(a + b));
-    case RmwOp::Max: return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
-    case RmwOp::Min: return E::put(a < b ? a : b);
-    case RmwOp::Xchg: return v;
-    default: break;
+    case AtomicOp::Max: return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
+    case AtomicOp::Min: return E::put(a < b ? a : b);
+    case AtomicOp::Xchg: return v;
+    case AtomicOp::And:
+    case AtomicOp::Or:
+    case AtomicOp::Xor:
+      if constexpr (int_like) {
+        if (op == AtomicOp::And) return static_cast<T>(a & b);
+        if (op == AtomicOp::Or) return static_cast<T>(a | b);
+        return static_cast<T>(a ^ b);
+      } else {
+        throw Error(std::string("atomic_") + ir::enum_name(op) + ": does not take " + dtype_name(dtype_of<T>()));
+      }
   }
-  if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
-    if (op == RmwOp::And) return static_cast<T>(a & b);
-    if (op == RmwOp::Or) return static_cast<T>(a | b);
-    if (op == RmwOp::Xor) return static_cast<T>(a ^ b);
-  }
-  throw Error(std::string("interpreter: this atomic op does not take ") + dtype_name(dtype_of<T>()));
+  ir::bad_enum("atomic_rmw", "atomic op", static_cast<int>(op));
 }
 
 void addupdate_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
-  rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(RmwOp::Add, cur, v.as<T>()[i]); });
+  rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(AtomicOp::Add, cur, v.as<T>()[i]); });
 }
 
 void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
-  RmwOp op = rmw_op(ins.eqn->params.get<std::string>("op"));
+  AtomicOp op = ins.eqn->params.get<AtomicOp>("op");
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
   env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
 }
