@@ -12,4 +12,8 @@ namespace pallas::ir {
 // of `tainted` count as false).
 std::vector<bool> outvars_depending_on(const Jaxpr& j, const std::vector<bool>& tainted);
 
+// Whether the jaxpr writes through the ref bound to var_id (a kernel that writes an input block
+// gets a private copy of that input on every backend, so the caller's array never changes).
+bool writes_ref(const Jaxpr& j, int64_t var_id);
+
 }  // namespace pallas::ir

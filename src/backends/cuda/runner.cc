@@ -11,6 +11,7 @@
 #include "src/backends/cuda/compile.h"
 #include "src/backends/cuda/driver.h"
 #include "src/core/backend_registry.h"
+#include "src/ir/dependence.h"
 #include "src/runtime/buffer.h"
 
 namespace pallas::cuda {
@@ -140,8 +141,14 @@ struct CudaRunner final : core::BackendRunner {
       dyn.push_back(static_cast<int>(v));
     }
     std::vector<Array> ins;
-    for (size_t k = static_cast<size_t>(nd); k < args.size(); ++k)
-      ins.push_back(args[k].device().is_host() ? args[k].to(Device::cuda(0)) : args[k]);
+    for (size_t k = static_cast<size_t>(nd); k < args.size(); ++k) {
+      Array a = args[k].device().is_host() ? args[k].to(Device::cuda(0)) : args[k];
+      // An input the kernel writes (its block ref, or a scalar-prefetch ref) is a private copy,
+      // as in the interpreter: the caller's array never changes.
+      if (a.raw_data() == args[k].raw_data() && ir::writes_ref(*call.kernel, call.kernel->invars[k - static_cast<size_t>(nd)].id))
+        a = a.copy();
+      ins.push_back(a);
+    }
     std::vector<Array> outs;
     bool poison = call.debug || std::getenv("PALLAS_CUDA_POISON");
     for (size_t o = 0; o < gm.outputs.size(); ++o) {

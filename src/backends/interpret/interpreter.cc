@@ -15,6 +15,7 @@
 
 #include "src/backends/interpret/interpreter.h"
 #include "src/backends/interpret/strided.h"
+#include "src/ir/dependence.h"
 
 namespace pallas::interp {
 
@@ -60,31 +61,6 @@ struct ArenaPool {
 ArenaPool& arena_pool() {
   static ArenaPool p;
   return p;
-}
-
-bool writes_ref(const ir::Jaxpr& j, int64_t var_id) {
-  for (auto& e : j.eqns) {
-    auto id = e.prim->id;
-    bool writer = id == ir::PrimId::store || id == ir::PrimId::swap || id == ir::PrimId::addupdate ||
-                  id == ir::PrimId::atomic_rmw || id == ir::PrimId::atomic_cas;
-    if (writer) {
-      if (auto* v = std::get_if<ir::Var>(&e.in[0]); v && v->id == var_id) return true;
-    }
-    // Sub-jaxprs see the ref as a captured operand: follow it into the matching invar.
-    for (auto& [k, pv] : e.params.items) {
-      std::vector<ir::JaxprPtr> subs;
-      if (auto* s = std::get_if<ir::JaxprPtr>(&pv)) subs.push_back(*s);
-      if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&pv)) subs = *ss;
-      for (auto& s : subs) {
-        // operands map to the sub-jaxpr's invars from the end (captured consts are trailing)
-        size_t off = e.in.size() >= s->invars.size() ? e.in.size() - s->invars.size() : 0;
-        for (size_t a = 0; a < s->invars.size() && off + a < e.in.size(); ++a)
-          if (auto* v = std::get_if<ir::Var>(&e.in[off + a]); v && v->id == var_id)
-            if (writes_ref(*s, s->invars[a].id)) return true;
-      }
-    }
-  }
-  return false;
 }
 
 struct Operand {
@@ -263,7 +239,7 @@ RunResult run_call(const core::PallasCall& call, const std::vector<Array>& args,
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   std::vector<Array> prefetch(args.begin() + nd, args.begin() + nd + static_cast<long>(np));
   for (size_t k = 0; k < np; ++k)  // a kernel that writes its scalar-prefetch ref gets a private copy
-    if (writes_ref(*call.kernel, call.kernel->invars[k].id)) prefetch[k] = prefetch[k].copy();
+    if (ir::writes_ref(*call.kernel, call.kernel->invars[k].id)) prefetch[k] = prefetch[k].copy();
   std::vector<Val> prefetch_refs;
   for (auto& a : prefetch) prefetch_refs.push_back(whole_ref(a));
 
@@ -271,7 +247,7 @@ RunResult run_call(const core::PallasCall& call, const std::vector<Array>& args,
   for (size_t k = 0; k < nin; ++k) {
     ops[k].bm = &gm.inputs[k];
     ops[k].array = args[nd + np + k];
-    ops[k].written = writes_ref(*call.kernel, call.kernel->invars[np + k].id);
+    ops[k].written = ir::writes_ref(*call.kernel, call.kernel->invars[np + k].id);
     if (ops[k].written) ops[k].array = ops[k].array.copy();  // never write the caller's array
   }
   RunResult res;
