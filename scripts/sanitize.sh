@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-asan}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
+  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined -Wl,--as-needed" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target pallas_tests
 # detect_leaks stays on; the CUDA driver is not loaded on a machine without a GPU.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}

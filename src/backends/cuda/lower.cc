@@ -34,10 +34,9 @@ std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ?
 
 void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth) * 2, ' ') << s << "\n"; }
 
-std::string Emitter::fresh(const std::string& prefix) {
-  static thread_local int n = 0;
-  return "_" + prefix + std::to_string(++n);
-}
+// Generated names count up within one lowering, so the same call always gives the same
+// source (and the disk cache, keyed by the source, hits across processes).
+std::string Emitter::fresh(const std::string& prefix) { return "_" + prefix + std::to_string(++name_counter); }
 
 void Emitter::fail(const ir::Eqn& e, const std::string& why) const {
   throw Error(what + ": the CUDA backend cannot lower primitive '" + e.prim->name + "': " + why +
@@ -80,7 +79,7 @@ std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
 }
 
 void Emitter::declare(const ir::Var& v) {
-  std::string n = "v" + std::to_string(v.id) + "_" + fresh("");
+  std::string n = fresh("v");
   names[v.id] = n;
   if (scalar_like(v.aval)) line(ctype(v.aval.dtype) + " " + n + ";");
   else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(per_thread(v.aval.shape)) + "];");

@@ -46,6 +46,7 @@ class Emitter {
  public:
   explicit Emitter(int threads, std::string what) : nt(threads), what(std::move(what)) {}
   int nt;
+  int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
   std::ostringstream body;
   int depth = 1;
