@@ -400,14 +400,14 @@ TEST(CallFeatures, DebugPrint) {
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_THAT(out, HasSubstr("[program (0,)] i=0 x=3 sum=7"));
   EXPECT_THAT(out, HasSubstr("[program (1,)] i=1 x=5 sum=11"));
-  // a tile is printed as a bracketed list
+  // a tile is printed with its dtype and shape, then its elements in nested brackets
   auto tile = interp_call([](pl::Ref xr, pl::Ref o) {
     pl::debug_print("v={}", {xr[pl::all].get()});
     o[pl::all] = xr[pl::all];
   }, {pl::ShapeDtype({3}, pl::f32)}, "tile_print");
   ::testing::internal::CaptureStdout();
   tile({pl::Array::from_vector(std::vector<float>{1.5f, -2.f, 0.25f})});
-  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("v=[1.5 -2 0.25]"));
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("v=f32[3] [1.5 -2 0.25]"));
 }
 
 // debug = true prints the IR when the call is traced; jaxpr_text returns the same text.
@@ -626,7 +626,7 @@ TEST(CallFeatures, DebugPrintFormats) {
       {pl::ShapeDtype({2}, pl::f16)}, "formats");
   ::testing::internal::CaptureStdout();
   call({make_array({0.5, 2.5}, {2}, pl::f16)});
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "[program ()] b=[False True] h=[0.5 2.5] n=2\n");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "[program ()] b=bool[2] [False True] h=f16[2] [0.5 2.5] n=2\n");
 }
 }  // namespace
 }  // namespace pt

@@ -115,27 +115,56 @@ void num_programs_rule(const Instr& ins, Val* env, Ctx& ctx) {
   env[ins.out[0]] = v;
 }
 
+// debug_print's format, shared with the CUDA backend (docs/design.md): a scalar (rank 0)
+// prints as its value; a tile as its type and shape, a space, then its elements in row-major
+// order in nested brackets, separated by single spaces: "f32[2,3] [[1 2 3] [4 5 6]]".
+// Floats print as printf's %g of the value as a double (16-bit floats through f32), integers
+// in decimal, bools as True / False. Programs print in row-major order of the grid.
 std::string format_value(const Val& v) {
   int64_t n = v.size();
   std::vector<double> d(static_cast<size_t>(n));
   convert_elements(v.dtype, v.data, DType::F64, d.data(), n);
-  std::ostringstream os;
-  auto one = [&](double x) {
-    if (is_float(v.dtype)) os << x;
-    else if (v.dtype == DType::Bool) os << (x != 0 ? "True" : "False");
-    else os << static_cast<long long>(x);
+  std::string os;
+  char buf[64];
+  auto one = [&](int64_t i) {
+    double x = d[static_cast<size_t>(i)];
+    if (is_float(v.dtype)) std::snprintf(buf, sizeof buf, "%g", x);
+    else if (v.dtype == DType::Bool) std::snprintf(buf, sizeof buf, "%s", x != 0 ? "True" : "False");
+    else if (v.dtype == DType::U64) std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(static_cast<const uint64_t*>(v.data)[i]));
+    else if (v.dtype == DType::I64) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(static_cast<const int64_t*>(v.data)[i]));
+    else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
+    os += buf;
   };
   if (v.shape.n == 0) {
-    one(d[0]);
-    return os.str();
+    one(0);
+    return os;
   }
-  os << "[";
+  os += dtype_name(v.dtype);
+  os += "[";
+  for (int k = 0; k < v.shape.n; ++k) os += (k ? "," : "") + std::to_string(v.shape[k]);
+  os += "] ";
+  int rank = v.shape.n;
+  int64_t idx[kMaxRank] = {};
+  for (int k = 0; k < rank; ++k) os += "[";
+  if (n == 0) {
+    for (int k = 0; k < rank; ++k) os += "]";
+    return os;
+  }
   for (int64_t i = 0; i < n; ++i) {
-    if (i) os << " ";
-    one(d[i]);
+    one(i);
+    int closed = 0;  // innermost dims that end here
+    for (int k = rank - 1; k >= 0; --k) {
+      if (++idx[k] < v.shape[k]) break;
+      idx[k] = 0;
+      ++closed;
+    }
+    for (int k = 0; k < closed; ++k) os += "]";
+    if (i + 1 < n) {
+      os += " ";
+      for (int k = 0; k < closed; ++k) os += "[";
+    }
   }
-  os << "]";
-  return os.str();
+  return os;
 }
 
 std::string fill_format(const std::string& fmt, const std::vector<std::string>& vals) {
