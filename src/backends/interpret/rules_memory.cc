@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/backends/interpret/checks.h"
 #include "src/backends/interpret/strided.h"
 #include "src/backends/interpret/value.h"
 
@@ -220,6 +221,159 @@ size_t after_indices(const Instr& ins) {
   return static_cast<size_t>(ins.eqn->params.get_int("idx_start") + n);
 }
 
+// ---- the interpreter's checks (checks.h): one pass over the accessed elements ----
+
+const char* verb(AccessKind k, PrimId id) {
+  switch (id) {
+    case PrimId::load: return "loads";
+    case PrimId::store: return "stores to";
+    case PrimId::swap: return "swaps";
+    case PrimId::addupdate: return "adds to";
+    default: return k == AccessKind::Atomic ? "atomically updates" : "accesses";
+  }
+}
+
+std::string ref_desc(const RefInfo* info, const Val& ref) {
+  std::string s = dtype_name(ref.dtype) + std::string("[");
+  for (int k = 0; k < ref.shape.n; ++k) s += (k ? "," : "") + std::to_string(ref.shape[k]);
+  s += "]";
+  if (!info) return "its " + s + " ref";
+  if (info->kind == RefKind::Scratch) return "its " + s + " buffer";
+  if (info->kind == RefKind::Prefetch) return "the whole " + s + " array";
+  return "its " + s + " block";
+}
+
+void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool* mask, AccessKind kind) {
+  CheckState& cs = *ctx.checks;
+  const Val& ref = env[ins.in[0]];
+  const RefInfo* info = ref.info;
+  const std::string what = info && info->what ? *info->what : std::string("a ref");
+  const int64_t p = ctx.linear_program;
+  const int32_t p32 = static_cast<int32_t>(p);
+  const Dims& os = a.out_shape;
+  int64_t n = os.size();
+  int64_t idx[kMaxRank] = {}, c[kMaxRank], ac[kMaxRank], arr_strides[kMaxRank];
+  {
+    int64_t st = 1;
+    for (int k = a.arr_rank - 1; k >= 0; --k) arr_strides[k] = st, st *= os[a.arr_axis0 + k];
+  }
+  Dims astr;
+  if (info) astr = contiguous_strides(info->array_shape);
+  const bool reads = kind != AccessKind::Write;
+  const int64_t pcls = cs.race_class(p);
+  int64_t memo_q = -1, memo_cls = 0;
+  auto cls = [&](int32_t q) {
+    if (q != memo_q) memo_q = q, memo_cls = cs.race_class(q);
+    return memo_cls;
+  };
+  auto other = [&](int32_t q) { return q >= 0 && q != p32 && cls(q) != pcls; };
+  auto fail = [&](std::string m) { cs.report(p, "program " + cs.program_str(p) + " " + m); };
+  auto race = [&](int32_t q, const char* qdid) {
+    int axis = cs.first_parallel_difference(q, p);
+    cs.report(p, "race on " + what + " element " + coords_str(ac, info->array_shape.n) + ": program " + cs.program_str(q) +
+                     " " + qdid + " it and program " + cs.program_str(p) + " " + verb(kind, ins.eqn->prim->id) +
+                     " it; they differ along grid axis " + std::to_string(axis) +
+                     ", which is parallel, so they may run at once on the GPU. Give each program its own block, "
+                     "declare that axis pl::sequential (dimension_semantics), or use atomics");
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) {
+      for (int k = os.n - 1; k >= 0; --k) {
+        if (++idx[k] < os[k]) break;
+        idx[k] = 0;
+      }
+    }
+    if (mask && !mask[i]) continue;
+    int64_t arr_flat = 0;
+    for (int k = 0; k < a.arr_rank; ++k) arr_flat += idx[a.arr_axis0 + k] * arr_strides[k];
+    bool inref = true;
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      c[d] = x.kind == DimAccess::Fixed ? x.start : x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.arr[arr_flat];
+      if (x.kind == DimAccess::Array && c[d] < 0) c[d] += ref.shape[d];  // negative entries count from the end
+      if (c[d] < 0 || c[d] >= ref.shape[d]) inref = false;
+    }
+    if (!inref) {
+      if (!cs.on.out_of_bounds) continue;
+      int bad = 0;
+      while (bad < a.ndims && c[bad] >= 0 && c[bad] < ref.shape[bad]) ++bad;
+      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " at " + coords_str(c, a.ndims) + ", outside " +
+           ref_desc(info, ref) + " (index " + std::to_string(c[bad]) + " on dim " + std::to_string(bad) + " of size " +
+           std::to_string(ref.shape[bad]) + "): the interpreter reads poison there and drops writes, the GPU may touch "
+           "other memory. Keep ds starts and indices within the ref, or mask the access");
+      return;
+    }
+    if (!info) continue;
+    int rank = info->array_shape.n;
+    bool inarr = true;
+    for (int d = 0; d < rank; ++d) ac[d] = info->start[d];
+    for (int k = 0; k < a.ndims; ++k) ac[info->ref_dim_to_array[k]] += c[k];
+    int64_t lin = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (ac[d] < 0 || ac[d] >= info->array_shape[d]) inarr = false;
+      lin += ac[d] * astr[d];
+    }
+    if (!inarr) {  // the padding of an overhanging block: only reads that give a value count
+      if (cs.on.out_of_bounds && (kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap)) {
+        std::string range;
+        for (int d = 0; d < rank; ++d)
+          range += (d ? ", " : "") + std::to_string(info->start[d]) + ":" + std::to_string(info->start[d] + info->block[d]);
+        std::string shape;
+        for (int d = 0; d < rank; ++d) shape += (d ? "," : "") + std::to_string(info->array_shape[d]);
+        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) + ", beyond the edge of the " +
+             dtype_name(ref.dtype) + "[" + shape + "] array: its block [" + range +
+             "] overhangs the array and this unmasked lane reads the padding (poison). Mask the load "
+             "(pl::load(ref, idx, {.mask = ...})) or use a block shape that divides the array");
+        return;
+      }
+      continue;
+    }
+    if (info->scratch_written) {
+      uint8_t& wr = info->scratch_written[lin];
+      if (reads && !wr && cs.on.uninitialized) {
+        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) +
+             ", which it has not written: scratch starts uninitialised in every program. Write it first");
+        return;
+      }
+      if (kind != AccessKind::Read) wr = 1;
+      continue;
+    }
+    if (!info->shadow) continue;
+    ShadowElem& e = info->shadow[lin];
+    if (reads && cs.on.uninitialized && e.w == -1 && e.a1 == -1) {
+      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) +
+           ", which no program has written: outputs start uninitialised (poison in the interpreter, stale memory on the "
+           "GPU). Write it before reading it (e.g. under pl::when(pl::program_id(axis) == 0)), or alias an input to this "
+           "output");
+      return;
+    }
+    if (cs.on.races) {
+      if (kind == AccessKind::Atomic) {
+        if (other(e.w)) return race(e.w, "writes");
+        if (other(e.r1)) return race(e.r1, "reads");
+        if (other(e.r2)) return race(e.r2, "reads");
+      } else {
+        if (other(e.w)) return race(e.w, "writes");
+        if (other(e.a1)) return race(e.a1, "atomically updates");
+        if (other(e.a2)) return race(e.a2, "atomically updates");
+        if (kind != AccessKind::Read) {
+          if (other(e.r1)) return race(e.r1, "reads");
+          if (other(e.r2)) return race(e.r2, "reads");
+        }
+      }
+    }
+    auto note = [&](int32_t& s1, int32_t& s2) {
+      if (s1 < 0) s1 = p32;
+      else if (s1 != p32 && s2 < 0 && cls(s1) != pcls) s2 = p32;
+    };
+    if (kind == AccessKind::Atomic) note(e.a1, e.a2);
+    else {
+      if (reads) note(e.r1, e.r2);
+      if (kind != AccessKind::Read) e.w = p32;
+    }
+  }
+}
+
 Val read(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool* mask, const Val* other) {
   const Val& ref = env[ins.in[0]];
   size_t w = itemsize(ref.dtype);
@@ -272,12 +426,14 @@ void load_rule(const Instr& ins, Val* env, Ctx& ctx) {
   size_t k = after_indices(ins);
   const bool* mask = p.get_bool("has_mask") ? env[ins.in[k++]].as<bool>() : nullptr;
   const Val* other = p.get_bool("has_other") ? &env[ins.in[k++]] : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Read);
   env[ins.out[0]] = read(ins, env, ctx, a, mask, other);
 }
 
-void store_rule(const Instr& ins, Val* env, Ctx&) {
+void store_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Write);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
 }
 
@@ -285,6 +441,7 @@ void store_rule(const Instr& ins, Val* env, Ctx&) {
 void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::ReadWrite);
   Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
   env[ins.out[0]] = old;
@@ -343,6 +500,8 @@ T combine(AtomicOp op, T cur, T v) {
 void addupdate_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
+  // `ref[...] += v` is atomic on the GPU where programs on parallel axes share the block
+  if (ctx.checks) check_access(ins, env, ctx, a, nullptr, AccessKind::Atomic);
   rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(AtomicOp::Add, cur, v.as<T>()[i]); });
 }
 
@@ -351,6 +510,7 @@ void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const Val& v = env[ins.in[1]];
   AtomicOp op = ins.eqn->params.get<AtomicOp>("op");
   const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Atomic);
   env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
 }
 
@@ -358,6 +518,7 @@ void atomic_cas_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& cmp = env[ins.in[1]];
   const Val& v = env[ins.in[2]];
+  if (ctx.checks) check_access(ins, env, ctx, a, nullptr, AccessKind::Atomic);
   env[ins.out[0]] = rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) {
     return std::memcmp(&cur, &cmp.as<T>()[i], sizeof(T)) == 0 ? v.as<T>()[i] : cur;
   });

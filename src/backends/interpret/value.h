@@ -39,13 +39,18 @@ struct Dims {
 };
 Dims contiguous_strides(const Dims& shape);
 
+struct RefInfo;
+
 // A value (contiguous tile or scalar) or a ref (strided view of a block or scratch buffer).
+// A value may also be a strided view of a ref (strides set): only loads whose results feed
+// nothing but dots make those (see Instr::view_ok).
 struct Val {
   DType dtype = DType::F32;
   bool is_ref = false;
   Dims shape;
-  Dims strides;  // refs only, in elements
+  Dims strides;  // refs and value views, in elements; empty for contiguous values
   void* data = nullptr;
+  const RefInfo* info = nullptr;  // refs, while the interpreter's checks are on
   int64_t size() const { return shape.size(); }
   template <class T>
   T* as() const { return static_cast<T*>(data); }
@@ -78,6 +83,7 @@ class Arena {
 
 struct Program;
 struct CallRuntime;
+struct CheckState;
 
 // Everything a rule can see while a program of the grid runs.
 struct Ctx {
@@ -86,6 +92,8 @@ struct Ctx {
   const int64_t* grid;         // sizes (dynamic ones resolved)
   int grid_rank;
   CallRuntime* call;  // shared by all programs of a call (printing, checks)
+  int64_t linear_program = 0;   // row-major index of the program in the grid
+  CheckState* checks = nullptr; // the interpreter's checks, when on (checks.h)
   Val alloc(DType t, const Dims& shape) {
     Val v;
     v.dtype = t;
@@ -103,6 +111,9 @@ struct Instr {
   const ir::Eqn* eqn;
   std::vector<int> in, out;                      // env slots
   std::vector<std::shared_ptr<Program>> subs;    // compiled sub-jaxprs (loops, branches)
+  // load: the result feeds only dots and no ref is written before they run, so an in-bounds
+  // rectangular load may return a strided view of the ref instead of a copy.
+  bool view_ok = false;
 };
 
 // A jaxpr compiled to a flat list of instructions over numbered slots.
