@@ -84,6 +84,7 @@ class Arena {
 struct Program;
 struct CallRuntime;
 struct CheckState;
+struct DeferredDots;
 
 // Everything a rule can see while a program of the grid runs.
 struct Ctx {
@@ -94,6 +95,7 @@ struct Ctx {
   CallRuntime* call;  // shared by all programs of a call (printing, checks)
   int64_t linear_program = 0;   // row-major index of the program in the grid
   CheckState* checks = nullptr; // the interpreter's checks, when on (checks.h)
+  DeferredDots* deferred = nullptr;  // set by a fori_loop whose body defers its dots (below)
   Val alloc(DType t, const Dims& shape) {
     Val v;
     v.dtype = t;
@@ -114,6 +116,9 @@ struct Instr {
   // load: the result feeds only dots and no ref is written before they run, so an in-bounds
   // rectangular load may return a strided view of the ref instead of a copy.
   bool view_ok = false;
+  // fori_loop: carries whose initial value is a fresh buffer nothing else uses (bit k for
+  // carry k), which the loop adopts as the carry's buffer instead of copying it.
+  uint64_t adopt_init = 0;
 };
 
 // A jaxpr compiled to a flat list of instructions over numbered slots.
@@ -121,14 +126,30 @@ struct Program {
   std::vector<Instr> instrs;
   int num_slots = 0;
   std::vector<int> invars, outvars;
+  // A fori_loop body whose carry `defer_carry` is only accumulated into, by one in-place
+  // acc + dot(a, b) of loaded ref slices, and which writes no ref: the loop may collect those
+  // dots and run them as one multi-segment GEMM (the slices stay valid; same summation order).
+  int defer_carry = -1;
   std::vector<std::pair<int, Val>> constants;  // literal slots and their values
   std::vector<std::unique_ptr<unsigned char[]>> constant_storage;
   ir::JaxprPtr keep_alive;
 };
 
-std::shared_ptr<Program> compile(const ir::JaxprPtr& j);
+// owned_invars: invars whose buffers the program may overwrite once they are dead (loop
+// carries, which the loop rule allocated).
+// fori_body: j is a fori_loop body (invars: index, carries, captures; outvars: carries).
+std::shared_ptr<Program> compile(const ir::JaxprPtr& j, const std::vector<bool>& owned_invars = {}, bool fori_body = false);
 // Runs p; args are copied into the invar slots; returns pointers into env for the outputs.
 void run(const Program& p, const Val* args, Val* outs, Ctx& ctx);
+
+// The dots a deferring loop has collected for its carry (rules_dot.cc runs them).
+struct DeferredDots {
+  void* acc = nullptr;           // the carry's buffer (f32)
+  const Instr* instr = nullptr;  // the acc + dot instruction (its params)
+  std::vector<Val> operands;     // a0, b0, a1, b1, ...: strided views of refs
+  int64_t k = 0;                 // their total contraction length
+};
+void flush_deferred(DeferredDots& d, Ctx& ctx);
 
 // Rule table of the interpreter (filled by rules_*.cc).
 ir::RuleTable<Rule>& rules();
