@@ -216,8 +216,15 @@ std::shared_ptr<Program> compile(const ir::JaxprPtr& j, const std::vector<bool>&
     Instr ins;
     ins.eqn = &e;
     ins.rule = rules().get(e.prim->id);
+    auto dot_flags = [&](const ir::Eqn& d) {
+      ins.trans_a = d.params.get_bool("trans_a");
+      ins.trans_b = d.params.get_bool("trans_b");
+      if (d.params.has("precision")) ins.precision = static_cast<Precision>(d.params.get_int("precision"));
+    };
+    if (e.prim->id == ir::PrimId::dot) dot_flags(e);
     if (dot_of[i] >= 0) {  // acc + dot(a, b), accumulated in place
       const ir::Eqn& d = eqns[static_cast<size_t>(dot_of[i])];
+      dot_flags(d);
       ins.eqn = &d;
       ins.rule = dot_acc_rule;
       ins.in = {c.atom(d.in[0]), c.atom(d.in[1]), c.atom(e.in[acc_pos[i]])};
@@ -227,6 +234,16 @@ std::shared_ptr<Program> compile(const ir::JaxprPtr& j, const std::vector<bool>&
     }
     for (auto& a : e.in) ins.in.push_back(c.atom(a));
     for (auto& v : e.out) ins.out.push_back(c.slot(v));
+    if (e.params.has("idx")) {
+      ins.indexer = &e.params.get<ir::NDIndexer>("idx");
+      ins.idx_start = static_cast<int>(e.params.get_int("idx_start"));
+      int nops = 0;
+      for (auto& d : ins.indexer->dims)
+        if (d.operand >= 0) nops = std::max(nops, d.operand + 1);
+      ins.after_idx = ins.idx_start + nops;
+      ins.has_mask = e.params.get_bool("has_mask");
+      ins.has_other = e.params.get_bool("has_other");
+    }
     if (e.prim->id == ir::PrimId::load && !e.params.get_bool("has_mask")) {
       bool rect = true;
       for (auto& d : e.params.get<ir::NDIndexer>("idx").dims) rect = rect && d.kind != ir::IndexDim::Kind::Array;

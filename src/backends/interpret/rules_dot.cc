@@ -353,17 +353,12 @@ Acc* pack_rowmajor(const Val& x, bool trans, Ctx& ctx, int64_t* rows, int64_t* c
   return out;
 }
 
-bool rounds_to_tf32(const Instr& ins, DType in) {
-  const auto& p = ins.eqn->params;
-  auto prec = p.has("precision") ? static_cast<Precision>(p.get_int("precision")) : Precision::Default;
-  return in == DType::F32 && prec != Precision::Highest;
-}
+bool rounds_to_tf32(const Instr& ins, DType in) { return in == DType::F32 && ins.precision != Precision::Highest; }
 
 void dot_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const Val& a = env[ins.in[0]];
   const Val& b = env[ins.in[1]];
-  const auto& p = ins.eqn->params;
-  bool ta = p.get_bool("trans_a"), tb = p.get_bool("trans_b");
+  bool ta = ins.trans_a, tb = ins.trans_b;
   DType out_t = ins.eqn->out[0].aval.dtype;
   int64_t M, K, K2, N;
   Val o;
@@ -407,29 +402,27 @@ void dot_acc_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const Val& a = env[ins.in[0]];
   const Val& b = env[ins.in[1]];
   const Val& acc = env[ins.in[2]];
-  const auto& p = ins.eqn->params;
   if (DeferredDots* d = ctx.deferred; d && acc.data == d->acc) {
     bool views = !a.is_ref && !b.is_ref && a.strides.n == 2 && b.strides.n == 2;
     if (views && (!d->instr || d->instr == &ins)) {
       d->instr = &ins;
       d->operands.push_back(a);
       d->operands.push_back(b);
-      d->k += p.get_bool("trans_a") ? a.shape[0] : a.shape[1];
+      d->k += ins.trans_a ? a.shape[0] : a.shape[1];
       if (d->k >= KC) flush_deferred(*d, ctx);
       env[ins.out[0]] = acc;
       return;
     }
     flush_deferred(*d, ctx);
   }
-  Operand2 A = operand(a, p.get_bool("trans_a")), B = operand(b, p.get_bool("trans_b"));
+  Operand2 A = operand(a, ins.trans_a), B = operand(b, ins.trans_b);
   sgemm(A, B, rounds_to_tf32(ins, a.dtype), acc.as<float>(), B.cols, true, ctx);
   env[ins.out[0]] = acc;
 }
 
 void flush_deferred(DeferredDots& d, Ctx& ctx) {
   if (d.operands.empty()) return;
-  const auto& p = d.instr->eqn->params;
-  bool ta = p.get_bool("trans_a"), tb = p.get_bool("trans_b");
+  bool ta = d.instr->trans_a, tb = d.instr->trans_b;
   std::vector<GemmSegment> segs;
   for (size_t s = 0; s < d.operands.size(); s += 2) segs.push_back({operand(d.operands[s], ta), operand(d.operands[s + 1], tb)});
   sgemm_segments(segs.data(), segs.size(), rounds_to_tf32(*d.instr, d.operands[0].dtype), static_cast<float*>(d.acc),

@@ -46,9 +46,8 @@ int64_t scalar_int(const Val& v) {
 }
 
 Access resolve(const Instr& ins, const Val* env) {
-  const auto& p = ins.eqn->params;
-  const auto& ix = p.get<ir::NDIndexer>("idx");
-  int start = static_cast<int>(p.get_int("idx_start"));
+  const auto& ix = *ins.indexer;
+  int start = ins.idx_start;
   const Val& ref = env[ins.in[0]];
   Access a;
   a.ndims = ref.shape.n;
@@ -213,13 +212,7 @@ const bool* mask_at(const Instr& ins, const Val* env, size_t pos) {
   return pos < ins.in.size() ? env[ins.in[pos]].as<bool>() : nullptr;
 }
 
-size_t after_indices(const Instr& ins) {
-  const auto& ix = ins.eqn->params.get<ir::NDIndexer>("idx");
-  int n = 0;
-  for (auto& d : ix.dims)
-    if (d.operand >= 0) n = std::max(n, d.operand + 1);
-  return static_cast<size_t>(ins.eqn->params.get_int("idx_start") + n);
-}
+size_t after_indices(const Instr& ins) { return static_cast<size_t>(ins.after_idx); }
 
 // ---- the interpreter's checks (checks.h): one pass over the accessed elements ----
 
@@ -430,17 +423,16 @@ void write(const Val& ref, const Access& a, const Val& v, const bool* mask) {
 
 void load_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const auto& p = ins.eqn->params;
   size_t k = after_indices(ins);
-  const bool* mask = p.get_bool("has_mask") ? env[ins.in[k++]].as<bool>() : nullptr;
-  const Val* other = p.get_bool("has_other") ? &env[ins.in[k++]] : nullptr;
+  const bool* mask = ins.has_mask ? env[ins.in[k++]].as<bool>() : nullptr;
+  const Val* other = ins.has_other ? &env[ins.in[k++]] : nullptr;
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Read);
   env[ins.out[0]] = read(ins, env, ctx, a, mask, other);
 }
 
 void store_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Write);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
 }
@@ -448,7 +440,7 @@ void store_rule(const Instr& ins, Val* env, Ctx& ctx) {
 // Masked-off lanes of the result are the operand (the value that was not stored), as Pallas.
 void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::ReadWrite);
   Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
@@ -517,7 +509,7 @@ void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
   AtomicOp op = ins.eqn->params.get<AtomicOp>("op");
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Atomic);
   env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
 }

@@ -116,6 +116,14 @@ struct Instr {
   // load: the result feeds only dots and no ref is written before they run, so an in-bounds
   // rectangular load may return a strided view of the ref instead of a copy.
   bool view_ok = false;
+  // Memory ops (params with an "idx"): the indexer and where the mask / other operands sit,
+  // read from the params once (a params lookup compares strings).
+  const ir::NDIndexer* indexer = nullptr;
+  int idx_start = 0, after_idx = 0;
+  bool has_mask = false, has_other = false;
+  // dot: its flags, read once
+  bool trans_a = false, trans_b = false;
+  Precision precision = Precision::Default;
   // fori_loop: carries whose initial value is a fresh buffer nothing else uses (bit k for
   // carry k), which the loop adopts as the carry's buffer instead of copying it.
   uint64_t adopt_init = 0;
