@@ -240,19 +240,48 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
   CheckState& cs = *ctx.checks;
   const Val& ref = env[ins.in[0]];
   const RefInfo* info = ref.info;
+  const Dims& os = a.out_shape;
+  int64_t n = os.size();
+  if (n == 0) return;
+  const bool reads = kind != AccessKind::Write;
+  const bool value_read = kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap;  // padding reads count
+  const bool per_element = info && ((info->shadow && (cs.on.races || cs.on.uninitialized)) ||
+                                    (info->scratch_written && cs.on.uninitialized));
+
+  // A rectangular access (no index arrays) is checked against the ref and the array by its
+  // corners; only shadow and scratch bookkeeping then needs every element.
+  bool rect_ok = false;
+  if (!a.has_array) {
+    rect_ok = true;
+    int64_t lo[kMaxRank], hi[kMaxRank];
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      lo[d] = hi[d] = x.start;
+      if (x.kind == DimAccess::Range) {
+        int64_t last = x.start + x.step * (os[x.axis] - 1);
+        lo[d] = std::min(x.start, last), hi[d] = std::max(x.start, last);
+      }
+      if (lo[d] < 0 || hi[d] >= ref.shape[d]) rect_ok = false;
+    }
+    if (rect_ok && info && value_read && cs.on.out_of_bounds)
+      for (int k = 0; k < a.ndims; ++k) {
+        int d = info->ref_dim_to_array[k];
+        if (info->start[d] + lo[k] < 0 || info->start[d] + hi[k] >= info->array_shape[d]) rect_ok = false;  // padding
+      }
+    if (rect_ok && !per_element) return;
+  }
+
   const std::string what = info && info->what ? *info->what : std::string("a ref");
   const int64_t p = ctx.linear_program;
   const int32_t p32 = static_cast<int32_t>(p);
-  const Dims& os = a.out_shape;
-  int64_t n = os.size();
   int64_t idx[kMaxRank] = {}, c[kMaxRank], ac[kMaxRank], arr_strides[kMaxRank];
   {
     int64_t st = 1;
     for (int k = a.arr_rank - 1; k >= 0; --k) arr_strides[k] = st, st *= os[a.arr_axis0 + k];
   }
   Dims astr;
+  int rank = info ? info->array_shape.n : 0;
   if (info) astr = contiguous_strides(info->array_shape);
-  const bool reads = kind != AccessKind::Write;
   const int64_t pcls = cs.race_class(p);
   int64_t memo_q = -1, memo_cls = 0;
   auto cls = [&](int32_t q) {
@@ -261,14 +290,111 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
   };
   auto other = [&](int32_t q) { return q >= 0 && q != p32 && cls(q) != pcls; };
   auto fail = [&](std::string m) { cs.report(p, "program " + cs.program_str(p) + " " + m); };
-  auto race = [&](int32_t q, const char* qdid) {
+  auto coords_of = [&](int64_t lin) {  // array coordinates of a linear index, for messages
+    for (int d = rank - 1; d >= 0; --d) {
+      int64_t sz = info->array_shape[d];
+      ac[d] = sz ? lin % sz : 0;
+      lin = sz ? lin / sz : 0;
+    }
+    return coords_str(ac, rank);
+  };
+  auto race = [&](int64_t lin, int32_t q, const char* qdid) {
     int axis = cs.first_parallel_difference(q, p);
-    cs.report(p, "race on " + what + " element " + coords_str(ac, info->array_shape.n) + ": program " + cs.program_str(q) +
-                     " " + qdid + " it and program " + cs.program_str(p) + " " + verb(kind, ins.eqn->prim->id) +
+    cs.report(p, "race on " + what + " element " + coords_of(lin) + ": program " + cs.program_str(q) + " " + qdid +
+                     " it and program " + cs.program_str(p) + " " + verb(kind, ins.eqn->prim->id) +
                      " it; they differ along grid axis " + std::to_string(axis) +
                      ", which is parallel, so they may run at once on the GPU. Give each program its own block, "
                      "declare that axis pl::sequential (dimension_semantics), or use atomics");
   };
+  // The bookkeeping of one element inside the array (linear index lin); false: reported, stop.
+  auto element = [&](int64_t lin) -> bool {
+    if (info->scratch_written) {
+      uint8_t& wr = info->scratch_written[lin];
+      if (reads && !wr && cs.on.uninitialized) {
+        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_of(lin) +
+             ", which it has not written: scratch starts uninitialised in every program. Write it first");
+        return false;
+      }
+      if (kind != AccessKind::Read) wr = 1;
+      return true;
+    }
+    if (!info->shadow) return true;
+    ShadowElem& e = info->shadow[lin];
+    if (reads && cs.on.uninitialized && e.w == -1 && e.a1 == -1) {
+      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_of(lin) +
+           ", which no program has written: outputs start uninitialised (poison in the interpreter, stale memory on the "
+           "GPU). Write it before reading it (e.g. under pl::when(pl::program_id(axis) == 0)), or alias an input to this "
+           "output");
+      return false;
+    }
+    if (cs.on.races) {
+      int32_t q = -1;
+      const char* did = "";
+      if (other(e.w)) q = e.w, did = "writes";
+      else if (kind != AccessKind::Atomic && other(e.a1)) q = e.a1, did = "atomically updates";
+      else if (kind != AccessKind::Atomic && other(e.a2)) q = e.a2, did = "atomically updates";
+      else if (kind != AccessKind::Read && other(e.r1)) q = e.r1, did = "reads";
+      else if (kind != AccessKind::Read && other(e.r2)) q = e.r2, did = "reads";
+      if (q >= 0) {
+        race(lin, q, did);
+        return false;
+      }
+    }
+    auto note = [&](int32_t& s1, int32_t& s2) {
+      if (s1 < 0) s1 = p32;
+      else if (s1 != p32 && s2 < 0 && cls(s1) != pcls) s2 = p32;
+    };
+    if (kind == AccessKind::Atomic) note(e.a1, e.a2);
+    else {
+      if (reads) note(e.r1, e.r2);
+      if (kind != AccessKind::Read) e.w = p32;
+    }
+    return true;
+  };
+
+  if (rect_ok) {  // in the ref and (for value reads) in the array: walk the array's linear index
+    int64_t base = 0, step[kMaxRank] = {};
+    for (int d = 0; d < rank; ++d) base += info->start[d] * astr[d];
+    for (int k = 0; k < a.ndims; ++k) {
+      const DimAccess& x = a.dims[k];
+      int64_t s = astr[info->ref_dim_to_array[k]];
+      base += x.start * s;
+      if (x.kind == DimAccess::Range) step[x.axis] += x.step * s;
+    }
+    bool inside = true;  // the accessed box lies inside the array (else skip elements in the padding)
+    for (int k = 0; k < a.ndims && inside; ++k) {
+      const DimAccess& x = a.dims[k];
+      int d = info->ref_dim_to_array[k];
+      int64_t first = info->start[d] + x.start;
+      int64_t last = x.kind == DimAccess::Range ? first + x.step * (os[x.axis] - 1) : first;
+      if (std::min(first, last) < 0 || std::max(first, last) >= info->array_shape[d]) inside = false;
+    }
+    int64_t lin = base;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i) {
+        for (int k = os.n - 1; k >= 0; --k) {
+          lin += step[k];
+          if (++idx[k] < os[k]) break;
+          lin -= step[k] * os[k];
+          idx[k] = 0;
+        }
+      }
+      if (mask && !mask[i]) continue;
+      if (!inside) {  // writes (dropped) and += / atomics in the padding are not reported
+        bool in = true;
+        for (int k = 0; k < a.ndims; ++k) {
+          const DimAccess& x = a.dims[k];
+          int d = info->ref_dim_to_array[k];
+          int64_t co = info->start[d] + (x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.start);
+          if (co < 0 || co >= info->array_shape[d]) in = false;
+        }
+        if (!in) continue;
+      }
+      if (!element(lin)) return;
+    }
+    return;
+  }
+
   for (int64_t i = 0; i < n; ++i) {
     if (i) {
       for (int k = os.n - 1; k >= 0; --k) {
@@ -297,7 +423,6 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       return;
     }
     if (!info) continue;
-    int rank = info->array_shape.n;
     bool inarr = true;
     for (int d = 0; d < rank; ++d) ac[d] = info->start[d];
     for (int k = 0; k < a.ndims; ++k) ac[info->ref_dim_to_array[k]] += c[k];
@@ -307,7 +432,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       lin += ac[d] * astr[d];
     }
     if (!inarr) {  // the padding of an overhanging block: only reads that give a value count
-      if (cs.on.out_of_bounds && (kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap)) {
+      if (cs.on.out_of_bounds && value_read) {
         std::string range;
         for (int d = 0; d < rank; ++d)
           range += (d ? ", " : "") + std::to_string(info->start[d]) + ":" + std::to_string(info->start[d] + info->block[d]);
@@ -321,49 +446,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       }
       continue;
     }
-    if (info->scratch_written) {
-      uint8_t& wr = info->scratch_written[lin];
-      if (reads && !wr && cs.on.uninitialized) {
-        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) +
-             ", which it has not written: scratch starts uninitialised in every program. Write it first");
-        return;
-      }
-      if (kind != AccessKind::Read) wr = 1;
-      continue;
-    }
-    if (!info->shadow) continue;
-    ShadowElem& e = info->shadow[lin];
-    if (reads && cs.on.uninitialized && e.w == -1 && e.a1 == -1) {
-      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) +
-           ", which no program has written: outputs start uninitialised (poison in the interpreter, stale memory on the "
-           "GPU). Write it before reading it (e.g. under pl::when(pl::program_id(axis) == 0)), or alias an input to this "
-           "output");
-      return;
-    }
-    if (cs.on.races) {
-      if (kind == AccessKind::Atomic) {
-        if (other(e.w)) return race(e.w, "writes");
-        if (other(e.r1)) return race(e.r1, "reads");
-        if (other(e.r2)) return race(e.r2, "reads");
-      } else {
-        if (other(e.w)) return race(e.w, "writes");
-        if (other(e.a1)) return race(e.a1, "atomically updates");
-        if (other(e.a2)) return race(e.a2, "atomically updates");
-        if (kind != AccessKind::Read) {
-          if (other(e.r1)) return race(e.r1, "reads");
-          if (other(e.r2)) return race(e.r2, "reads");
-        }
-      }
-    }
-    auto note = [&](int32_t& s1, int32_t& s2) {
-      if (s1 < 0) s1 = p32;
-      else if (s1 != p32 && s2 < 0 && cls(s1) != pcls) s2 = p32;
-    };
-    if (kind == AccessKind::Atomic) note(e.a1, e.a2);
-    else {
-      if (reads) note(e.r1, e.r2);
-      if (kind != AccessKind::Read) e.w = p32;
-    }
+    if (!element(lin)) return;
   }
 }
 
