@@ -123,6 +123,7 @@ TEST(CallFeatures, IndexMapArithmeticAndSeveralOutputs) {
       },
       {pl::ShapeDtype({8, 4}, pl::i32), pl::ShapeDtype({4, 8}, pl::i32), pl::ShapeDtype({2, 4}, pl::i32)},
       {.grid = {8},
+       .dimension_semantics = {pl::sequential},  // o3's blocks repeat along the axis (i % 2)
        .in_specs = {pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(7 - i, 0); })},
        .out_specs = {pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(i, 0); }),
                      pl::BlockSpec({1, 4}, [](pl::Value i) { return pl::idx(i / 2, i % 2); }),
@@ -262,7 +263,8 @@ TEST(CallFeatures, EdgeBlocksOverhang) {
        .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); }),
                      pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); }),
                      pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
-       .name = "edge"});
+       .name = "edge",
+       .interpret_params = kNoBoundsCheck});
   auto outs = call({pl::Array::from_vector(xs), pl::Array::from_vector(is)});
   ASSERT_EQ(outs[0].shape(), (pl::Shape{10}));
   auto o = outs[0].to_vector<float>();
@@ -280,7 +282,7 @@ TEST(CallFeatures, EdgeBlocks2D) {
   pl::Array x = make_array(xs, {5, 6}, pl::f32);
   auto spec = [] { return pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); }); };
   auto call = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = -xr[pl::all]; }, pl::ShapeDtype({5, 6}, pl::f32),
-                              {.grid = {2, 2}, .in_specs = {spec()}, .out_specs = {spec()}});
+                              {.grid = {2, 2}, .in_specs = {spec()}, .out_specs = {spec()}, .interpret_params = kNoBoundsCheck});
   auto o = to_doubles(call(x)), xv = to_doubles(x);
   for (int k = 0; k < 30; ++k) EXPECT_EQ(o[k], -xv[k]);
 }
@@ -400,14 +402,14 @@ TEST(CallFeatures, DebugPrint) {
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_THAT(out, HasSubstr("[program (0,)] i=0 x=3 sum=7"));
   EXPECT_THAT(out, HasSubstr("[program (1,)] i=1 x=5 sum=11"));
-  // a tile is printed as a bracketed list
+  // a tile is printed with its dtype and shape, then its elements in nested brackets
   auto tile = interp_call([](pl::Ref xr, pl::Ref o) {
     pl::debug_print("v={}", {xr[pl::all].get()});
     o[pl::all] = xr[pl::all];
   }, {pl::ShapeDtype({3}, pl::f32)}, "tile_print");
   ::testing::internal::CaptureStdout();
   tile({pl::Array::from_vector(std::vector<float>{1.5f, -2.f, 0.25f})});
-  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("v=[1.5 -2 0.25]"));
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("v=f32[3] [1.5 -2 0.25]"));
 }
 
 // debug = true prints the IR when the call is traced; jaxpr_text returns the same text.
@@ -490,7 +492,10 @@ TEST(CallFeatures, ScratchStartsAsPoisonInEveryProgram) {
         s[pl::all] = pl::full({4}, 1.0);
       },
       pl::ShapeDtype({3, 4}, pl::f32),
-      {.grid = {3}, .scratch_shapes = {pl::ShapeDtype({4}, pl::f32)}, .name = "scratch_poison"});
+      {.grid = {3},
+       .scratch_shapes = {pl::ShapeDtype({4}, pl::f32)},
+       .name = "scratch_poison",
+       .interpret_params = {.detect_uninitialized = false}});
   for (float v : call(std::vector<pl::Array>{})[0].to_vector<float>()) EXPECT_TRUE(std::isnan(v));
 }
 
@@ -504,7 +509,10 @@ TEST(CallFeatures, InterleavedRevisits) {
         o[pl::all] = o[pl::all] * 10 + (i + 1);
       },
       pl::ShapeDtype({2}, pl::i32),
-      {.grid = {6}, .out_specs = {pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i % 2); })}, .name = "interleaved"});
+      {.grid = {6},
+       .dimension_semantics = {pl::sequential},  // the map i % 2 moves with i but repeats blocks
+       .out_specs = {pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i % 2); })},
+       .name = "interleaved"});
   EXPECT_EQ(call(std::vector<pl::Array>{})[0].to_vector<int32_t>(), (std::vector<int32_t>{135, 246}));
 }
 
@@ -568,7 +576,8 @@ TEST(CallFeatures, IndexingInsideStridedAndEdgeBlocks) {
                     pl::BlockSpec({3}, [](pl::Value, pl::Value) { return pl::idx(0); })},
        .out_specs = {pl::BlockSpec({4, 3}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); }),
                      pl::BlockSpec({4, 4}, [](pl::Value a, pl::Value b) { return pl::idx(a, b); })},
-       .name = "strided_blocks"});
+       .name = "strided_blocks",
+       .interpret_params = kNoBoundsCheck});
   auto outs = call({pl::Array::from_vector(xs, {6, 8}), pl::Array::from_vector(idx)});
   auto g = outs[0].to_vector<float>(), o = outs[1].to_vector<float>();
   auto X = [&](int r, int c) { return r < 6 ? xs[r * 8 + c] : NAN; };
@@ -626,7 +635,7 @@ TEST(CallFeatures, DebugPrintFormats) {
       {pl::ShapeDtype({2}, pl::f16)}, "formats");
   ::testing::internal::CaptureStdout();
   call({make_array({0.5, 2.5}, {2}, pl::f16)});
-  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "[program ()] b=[False True] h=[0.5 2.5] n=2\n");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "[program ()] b=bool[2] [False True] h=f16[2] [0.5 2.5] n=2\n");
 }
 }  // namespace
 }  // namespace pt

@@ -64,7 +64,7 @@ TEST(MaskedStaticSlices, MaskTrueLanesOutsideReadPoisonAndDropWrites) {
         pl::store(o, {1, pl::ds(2, 8)}, pl::full({8}, 7.0, pl::i32), {.mask = all});  // 2..4 land, the rest dropped
         pl::store(o, {pl::ds(1, 4), 4}, pl::full({4}, 9.0, pl::i32), {.mask = pl::arange(4) != 0});  // rows 2, 3(out)
       },
-      {pl::ShapeDtype({8}, pl::i32), pl::ShapeDtype({8}, pl::i32), pl::ShapeDtype({3, 5}, pl::i32)});
+      {pl::ShapeDtype({8}, pl::i32), pl::ShapeDtype({8}, pl::i32), pl::ShapeDtype({3, 5}, pl::i32)}, "test", kNoBoundsCheck);
   auto outs = call({pl::Array::from_vector(xs, {3, 5})});
   const int32_t P = INT32_MIN;
   EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{105, 106, 107, 108, 109, P, P, P}));
@@ -323,7 +323,8 @@ void check_case(const pl::Shape& ref, const std::vector<Entry>& es, uint64_t see
         o3[pl::all] = x[pl::all];
         o3.at(idx) += v[pl::all];
       },
-      {pl::ShapeDtype(want.shape, pl::i32), pl::ShapeDtype(ref, pl::i32), pl::ShapeDtype(ref, pl::i32)}, "npindex");
+      {pl::ShapeDtype(want.shape, pl::i32), pl::ShapeDtype(ref, pl::i32), pl::ShapeDtype(ref, pl::i32)}, "npindex",
+      kNoBoundsCheck);  // indices out of range on purpose
   std::vector<pl::Array> outs;
   try {
     outs = call(args);
@@ -385,7 +386,7 @@ TEST(AdvancedIndexing, NamedCases) {
 // A dynamic scalar index is an offset (as Pallas on the GPU): a negative one is outside.
 TEST(AdvancedIndexing, NegativeDynamicScalarIsOutside) {
   auto call = interp_call([](pl::Ref x, pl::Ref i, pl::Ref o) { o[pl::all] = x(i[pl::all].get()); },
-                          {pl::ShapeDtype({3}, pl::i32)});
+                          {pl::ShapeDtype({3}, pl::i32)}, "test", kNoBoundsCheck);
   std::vector<int32_t> xs{1, 2, 3, 4, 5, 6};
   auto o = call({pl::Array::from_vector(xs, {2, 3}), pl::Array::scalar<int32_t>(-1)})[0].to_vector<int32_t>();
   EXPECT_EQ(o, std::vector<int32_t>(3, INT32_MIN));

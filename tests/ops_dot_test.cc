@@ -189,3 +189,150 @@ TEST(Dot, OddShapes) {
 }
 }  // namespace
 }  // namespace pt
+
+// ---- the interpreter's GEMM paths (src/backends/interpret/program.cc, rules_dot.cc): dots of
+// ref slices read as strided views, `acc + dot` accumulated in place, loops whose dots are
+// collected and run as one multi-segment GEMM. Each must give what the plain path gives.
+namespace pt {
+namespace {
+
+// A K loop over slices of whole-array refs: o = sum_k op(a)[:, k-slice] @ op(b)[k-slice, :].
+// Transposed refs are sliced along their other dim. `order` permutes the slices (the sum is
+// then in that order); `store_in_body` adds a scratch store, so the dots run one by one.
+pl::Array kloop(const pl::Array& a, const pl::Array& b, int64_t M, int64_t K, int64_t N, int64_t bk, bool ta, bool tb,
+                pl::Precision prec, int order, bool store_in_body) {
+  int64_t steps = K / bk;
+  auto kernel = [=](pl::Ref ar, pl::Ref br, pl::Ref o, pl::Ref s) {
+    pl::Value acc = pl::fori_loop(0, steps, pl::zeros({M, N}), [&](pl::Value k, pl::Value acc) {
+      pl::Value kk = order == 0 ? k : (steps - 1 - k);
+      pl::Value x = ta ? ar(pl::ds(kk * bk, bk), pl::all) : ar(pl::all, pl::ds(kk * bk, bk));
+      pl::Value y = tb ? br(pl::all, pl::ds(kk * bk, bk)) : br(pl::ds(kk * bk, bk), pl::all);
+      if (store_in_body) s[pl::all] = pl::zeros({1});
+      return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb, .precision = prec});
+    });
+    o[pl::all] = acc;
+  };
+  auto call = pl::pallas_call(kernel, pl::ShapeDtype({M, N}, pl::f32),
+                              {.scratch_shapes = {pl::ShapeDtype({1}, pl::f32)}, .name = "kloop"});
+  return call(a, b);
+}
+
+// Shapes past every edge of the GEMM: M not a multiple of its 6-row tile, N not a multiple of
+// its 64-column panel, K past one 512 block; f16/bf16/f32 operands, each transposition.
+TEST(InterpreterGemm, SlicedKLoopMatchesReference) {
+  const int64_t M = 37, K = 640, N = 70, bk = 64;
+  for (pl::DType t : {pl::f32, pl::bf16, pl::f16})
+    for (int tr = 0; tr < 4; ++tr) {
+      bool ta = tr & 1, tb = tr & 2;
+      SCOPED_TRACE(std::string(pl::dtype_name(t)) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      auto av = with_edges(uniform(M * K, 21, -1, 2), t, false), bv = with_edges(uniform(K * N, 22, -1, 2), t, false);
+      pl::Array a = make_array(av, ta ? pl::Shape{K, M} : pl::Shape{M, K}, t);
+      pl::Array b = make_array(bv, tb ? pl::Shape{N, K} : pl::Shape{K, N}, t);
+      pl::Precision prec = t == pl::f32 ? pl::Precision::Highest : pl::Precision::Default;
+      pl::Array c = kloop(a, b, M, K, N, bk, ta, tb, prec, 0, false);
+      EXPECT_TRUE(close(to_doubles(c), ref_dot(av, bv, M, K, N, ta, tb), 5e-5, false));
+    }
+}
+
+// Collected dots (adjacent slices merged into one, or not adjacent) give bit for bit what
+// dots run one by one give: the same products summed in the same order.
+TEST(InterpreterGemm, CollectedDotsEqualOneByOneInterpretOnly) {
+  const int64_t M = 50, K = 1024, N = 96, bk = 32;
+  auto av = normal(M * K, 23), bv = normal(K * N, 24);
+  pl::Array a = make_array(av, {M, K}, pl::f32), b = make_array(bv, {K, N}, pl::f32);
+  for (pl::Precision prec : {pl::Precision::Default, pl::Precision::Highest})
+    for (int order = 0; order < 2; ++order) {
+      auto collected = kloop(a, b, M, K, N, bk, false, false, prec, order, false).to_vector<float>();
+      auto one_by_one = kloop(a, b, M, K, N, bk, false, false, prec, order, true).to_vector<float>();
+      EXPECT_EQ(collected, one_by_one) << "order " << order;
+    }
+  // and the K loop equals one dot over the whole K up to rounding (the sums associate differently)
+  auto whole = dot_call(a, b, {.precision = pl::Precision::Highest}, pl::ShapeDtype({M, N}, pl::f32));
+  auto looped = kloop(a, b, M, K, N, bk, false, false, pl::Precision::Highest, 0, false);
+  EXPECT_TRUE(close(to_doubles(looped), to_doubles(whole), 1e-5, false));
+}
+
+// acc + dot in every position the rewrite considers, and where it must not apply: the dot's
+// result on either side, two dots summed, an accumulator still used afterwards, a loop carry
+// also returned unchanged, a zero-trip loop, a while loop.
+TEST(InterpreterGemm, AccumulateInPlaceOnlyWhenDead) {
+  const int64_t M = 8, K = 16, N = 16;
+  auto av = normal(M * K, 25), bv = normal(K * N, 26), cv = normal(M * N, 27);
+  pl::Array a = make_array(av, {M, K}, pl::f32), b = make_array(bv, {K, N}, pl::f32), c = make_array(cv, {M, N}, pl::f32);
+  auto ab = ref_dot(av, bv, M, K, N, false, false);
+  auto hi = pl::DotOptions{.precision = pl::Precision::Highest};
+  auto run = [&](auto kernel, int outs) {
+    std::vector<pl::ShapeDtype> shapes(static_cast<size_t>(outs), pl::ShapeDtype({M, N}, pl::f32));
+    return pl::pallas_call(kernel, shapes, {.name = "acc"})({a, b, c});
+  };
+  auto plus = [](std::vector<double> x, const std::vector<double>& y, double s = 1) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] += s * y[i];
+    return x;
+  };
+  // dot + acc (acc a load: not owned, so a fresh result), and acc + dot
+  auto r = run([&](pl::Ref ar, pl::Ref br, pl::Ref cr, pl::Ref o1, pl::Ref o2) {
+    pl::Value acc = cr[pl::all];
+    o1[pl::all] = pl::dot(ar[pl::all], br[pl::all], hi) + acc;
+    o2[pl::all] = acc + pl::dot(ar[pl::all], br[pl::all], hi) + acc;
+  }, 2);
+  EXPECT_TRUE(close(to_doubles(r[0]), plus(ab, cv), 1e-5, false));
+  EXPECT_TRUE(close(to_doubles(r[1]), plus(plus(ab, cv), cv), 1e-5, false));
+  // dot + dot (the second accumulates into the first's buffer); a dot result used twice
+  r = run([&](pl::Ref ar, pl::Ref br, pl::Ref, pl::Ref o1, pl::Ref o2) {
+    pl::Value d1 = pl::dot(ar[pl::all], br[pl::all], hi);
+    o1[pl::all] = d1 + pl::dot(ar[pl::all], br[pl::all], hi);
+    pl::Value d2 = pl::dot(ar[pl::all], br[pl::all], hi);
+    pl::Value s = d2 + pl::dot(ar[pl::all], br[pl::all], hi);
+    o2[pl::all] = s + d2;
+  }, 2);
+  EXPECT_TRUE(close(to_doubles(r[0]), plus(ab, ab), 1e-5, false));
+  EXPECT_TRUE(close(to_doubles(r[1]), plus(plus(ab, ab), ab), 1e-5, false));
+  // a carry returned unchanged beside the accumulated one; the initial value used after the loop
+  r = run([&](pl::Ref ar, pl::Ref br, pl::Ref cr, pl::Ref o1, pl::Ref o2) {
+    pl::Value init = pl::zeros({M, N}) + 1.f;
+    auto outs = pl::fori_loop(0, 3, {init, cr[pl::all].get()}, [&](pl::Value, std::vector<pl::Value> cs) {
+      return std::vector<pl::Value>{cs[0] + pl::dot(ar[pl::all], br[pl::all], hi), cs[0]};
+    });
+    o1[pl::all] = outs[0] + init;
+    o2[pl::all] = outs[1];
+  }, 2);
+  std::vector<double> ones(static_cast<size_t>(M * N), 1.0);
+  EXPECT_TRUE(close(to_doubles(r[0]), plus(plus(ones, ab, 3), ones), 1e-5, false));
+  EXPECT_TRUE(close(to_doubles(r[1]), plus(ones, ab, 2), 1e-5, false));
+  // zero trips: the (adopted) initial value comes back
+  r = run([&](pl::Ref ar, pl::Ref br, pl::Ref, pl::Ref o1) {
+    o1[pl::all] = pl::fori_loop(0, 0, pl::zeros({M, N}) + 2.f,
+                                [&](pl::Value, pl::Value acc) { return acc + pl::dot(ar[pl::all], br[pl::all], hi); });
+  }, 1);
+  for (double v : to_doubles(r[0])) EXPECT_EQ(v, 2.0);
+  // a while loop accumulates in place too
+  r = run([&](pl::Ref ar, pl::Ref br, pl::Ref, pl::Ref o1) {
+    auto outs = pl::while_loop({pl::Value(pl::zeros({M, N})), pl::Value::constant(0, pl::i32)},
+                               [](std::vector<pl::Value> cs) { return cs[1] < 4; },
+                               [&](std::vector<pl::Value> cs) {
+                                 return std::vector<pl::Value>{cs[0] + pl::dot(ar[pl::all], br[pl::all], hi), cs[1] + 1};
+                               });
+    o1[pl::all] = outs[0];
+  }, 1);
+  EXPECT_TRUE(close(to_doubles(r[0]), plus(std::vector<double>(ab.size(), 0.0), ab, 4), 1e-5, false));
+}
+
+// A load that feeds a dot reads the ref as it was at the load, even when the ref is written
+// before the dot runs (such loads are copied, not viewed).
+TEST(InterpreterGemm, SliceLoadedBeforeAStoreKeepsItsValue) {
+  const int64_t M = 8, K = 8, N = 8;
+  auto av = normal(M * K, 28), bv = normal(K * N, 29);
+  pl::Array a = make_array(av, {M, K}, pl::f32), b = make_array(bv, {K, N}, pl::f32);
+  auto call = pl::pallas_call(
+      [](pl::Ref ar, pl::Ref br, pl::Ref o, pl::Ref s) {
+        s[pl::all] = ar[pl::all];
+        pl::Value x = s(pl::all, pl::ds(0, K));
+        s[pl::all] = pl::zeros({M, K});
+        o[pl::all] = pl::dot(x, br[pl::all], {.precision = pl::Precision::Highest});
+      },
+      pl::ShapeDtype({M, N}, pl::f32), {.scratch_shapes = {pl::ShapeDtype({M, K}, pl::f32)}, .name = "stale"});
+  EXPECT_TRUE(close(to_doubles(call(a, b)), ref_dot(av, bv, M, K, N, false, false), 1e-5, false));
+}
+
+}  // namespace
+}  // namespace pt

@@ -169,7 +169,7 @@ TEST(MemoryOps, OutOfBoundsDynamicSlice) {
         o2[pl::all] = pl::full({32}, -1.0);
         o2(pl::ds(start, 8)) = pl::full({8}, 2.0);  // only 28..31 land
       },
-      {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({32}, pl::f32)}, {.grid = {1}, .name = "oob"});
+      {pl::ShapeDtype({8}, pl::f32), pl::ShapeDtype({32}, pl::f32)}, {.grid = {1}, .name = "oob", .interpret_params = kNoBoundsCheck});
   auto outs = call({pl::Array::from_vector(xs)});
   auto o1 = outs[0].to_vector<float>(), o2 = outs[1].to_vector<float>();
   for (int k = 0; k < 8; ++k) {
@@ -190,7 +190,7 @@ TEST(MemoryOps, OutOfBoundsGatherScatter) {
         o2[pl::all] = pl::zeros({4}, pl::i32);
         pl::store(o2, {ir[pl::all].get()}, pl::full({6}, 7.0, pl::i32));
       },
-      {pl::ShapeDtype({6}, pl::i32), pl::ShapeDtype({4}, pl::i32)});
+      {pl::ShapeDtype({6}, pl::i32), pl::ShapeDtype({4}, pl::i32)}, "test", kNoBoundsCheck);
   auto outs = call({pl::Array::from_vector(xs), pl::Array::from_vector(idx)});
   EXPECT_EQ(outs[0].to_vector<int32_t>(), (std::vector<int32_t>{10, INT32_MIN, 13, 13, INT32_MIN, 12}));
   EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{7, 0, 7, 7}));
@@ -492,7 +492,8 @@ TEST(MemoryOps, BlockEntirelyOutside) {
       {.grid = {3},
        .in_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); })},
        .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i - 1); }), pl::BlockSpec({3}, [](pl::Value) { return pl::idx(0); })},
-       .name = "outside"});
+       .name = "outside",
+       .interpret_params = kNoBoundsCheck});
   auto outs = call({pl::Array::from_vector(xs)});
   auto o = outs[0].to_vector<float>();
   for (int k = 0; k < 8; ++k) EXPECT_EQ(o[k], xs[k] + 1);
@@ -523,7 +524,8 @@ TEST(MemoryOps, GatherRank3AndIndexArrayShapes) {
         pl::store(o3, {iv, zero, zero, zero}, pl::full({2, 3}, -1.0, pl::i32));  // scatter with a 2-D index
       },
       {pl::ShapeDtype({3, 3}, pl::i32), pl::ShapeDtype({3, 4}, pl::i32), pl::ShapeDtype({2, 3, 4, 5}, pl::i32),
-       pl::ShapeDtype({6, 2}, pl::i32)});
+       pl::ShapeDtype({6, 2}, pl::i32)},
+      "test", kNoBoundsCheck);  // the scatter's index 2 on o3's dim of 2 is dropped on purpose
   auto outs = call({pl::Array::from_vector(xs, {3, 4, 5}), pl::Array::from_vector(r), pl::Array::from_vector(c),
                     pl::Array::from_vector(i2, {2, 3})});
   auto o1 = outs[0].to_vector<int32_t>(), o2 = outs[1].to_vector<int32_t>(), o3 = outs[2].to_vector<int32_t>();

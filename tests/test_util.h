@@ -224,11 +224,17 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// For tests of what out-of-bounds accesses do (poison reads, dropped writes, padded edge
+// blocks): the interpreter's out-of-bounds check, on under PALLAS_INTERPRET_CHECKS, would
+// report those accesses instead.
+inline const pl::InterpretParams kNoBoundsCheck{.detect_out_of_bounds = false};
+
 // ---- running one kernel ----
 // A whole-array call in interpret mode.
 template <class K>
-pl::Call interp_call(K kernel, std::vector<pl::ShapeDtype> outs, std::string name = "test") {
-  return pl::pallas_call(std::move(kernel), std::move(outs), pl::CallOptions{.name = std::move(name)});
+pl::Call interp_call(K kernel, std::vector<pl::ShapeDtype> outs, std::string name = "test",
+                     pl::InterpretParams checks = {}) {
+  return pl::pallas_call(std::move(kernel), std::move(outs), pl::CallOptions{.name = std::move(name), .interpret_params = checks});
 }
 
 // o = f(x) over a [rows, cols] array in row blocks (grid of 2), so blocks are views.

@@ -46,6 +46,29 @@ struct CostEstimate {
   int64_t bytes_accessed = 0;
 };
 
+// Checks the interpreter can make while it runs a call (Pallas TPU's interpret-mode
+// `detect_races`, and more). Each finds a bug the GPU would turn into a wrong answer, and is
+// reported as a pl::Error that names the kernel, the program(s) (grid coordinates), the
+// operand ("output 0") and the element (array coordinates). They cost a shadow record per
+// element of every output (and of inputs the kernel writes) while on; off by default.
+// Unset (std::nullopt) fields follow PALLAS_INTERPRET_CHECKS: "1" or "all" turns every check
+// on, or a comma list of "races", "uninitialized", "out_of_bounds"; set a field to force it.
+// The GPU backend ignores them.
+struct InterpretParams {
+  // Two programs that differ along a parallel grid axis touch the same element and one of
+  // them writes it (plain loads and stores; atomics only race with plain accesses).
+  // Programs that differ only along sequential axes run in order and never race.
+  std::optional<bool> detect_races;
+  // A read (load, swap, addupdate, atomic) of an output or scratch element that no program
+  // has written yet (outputs aliased to an input start written).
+  std::optional<bool> detect_uninitialized;
+  // An unmasked access outside the ref (a ds or index past a block's end, an index array
+  // entry out of range: the interpreter reads poison there and drops the write), and an
+  // unmasked load of an overhanging block's padding (the part of the block beyond the array).
+  // Masked-off lanes are never reported.
+  std::optional<bool> detect_out_of_bounds;
+};
+
 struct CallOptions {
   std::vector<int64_t> grid;  // any rank; pl::dynamic for a size given at call time
   // One entry per grid axis, or empty: inferred (an axis along which some output's index map
@@ -62,7 +85,14 @@ struct CallOptions {
   CompilerParams compiler_params;
   std::optional<CostEstimate> cost_estimate;
   Backend backend = Backend::Auto;
+  InterpretParams interpret_params;  // checks made by the interpreter (above)
 };
+
+// The interpreter runs the programs of a call on a process-wide pool of threads (the calling
+// thread included), created once. n = 0: PALLAS_NUM_THREADS when set, else the number of
+// hardware threads; n = 1 runs every call on the calling thread.
+void set_interpret_num_threads(int n);
+int interpret_num_threads();
 
 // The caller's file and line (std::source_location is missing from clang 14 with libstdc++).
 struct SourceLocation {

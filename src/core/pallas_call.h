@@ -51,6 +51,7 @@ struct PallasCall {
   std::optional<CostEstimate> cost_estimate;
   Backend backend = Backend::Auto;
   bool debug = false;
+  InterpretParams interpret_params;  // not part of text() or hash(): the GPU ignores them
 
   std::vector<ShapeDtype> input_shapes() const;  // prefetch, then inputs
   std::vector<ShapeDtype> output_shapes() const;
@@ -65,6 +66,10 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
 // Fills grid.semantics from the declared ones (empty: infer them), validating both; see
 // grid_semantics.cc.
 void resolve_semantics(GridMapping& grid, const std::vector<DimensionSemantics>& declared, const std::string& what);
+
+// The number of programs of a grid whose sizes are all known; a pl::Error naming the kernel
+// when an axis exceeds program_id's i32 range or the product overflows int64.
+int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string& what);
 
 // Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);

@@ -29,6 +29,27 @@ int GridMapping::num_dynamic_bounds() const {
   return n;
 }
 
+int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string& what) {
+  auto grid_str = [&] {
+    std::string s = "(";
+    for (size_t k = 0; k < grid.size(); ++k) s += (k ? ", " : "") + std::to_string(grid[k]);
+    return s + (grid.size() == 1 ? ",)" : ")");
+  };
+  int64_t n = 1;
+  for (size_t k = 0; k < grid.size(); ++k) {
+    if (grid[k] > INT32_MAX)
+      throw Error(what + ": grid axis " + std::to_string(k) + " has " + std::to_string(grid[k]) +
+                  " programs; program_id is an i32, so an axis has at most 2147483647. Use larger blocks, or split the "
+                  "axis in two");
+    if (grid[k] == 0) return 0;
+  }
+  for (int64_t g : grid)
+    if (__builtin_mul_overflow(n, g, &n))
+      throw Error(what + ": the grid " + grid_str() + " has more programs than an int64 can count (the product of its "
+                  "sizes overflows); use larger blocks and fewer programs");
+  return n;
+}
+
 int64_t GridMapping::num_programs_static() const {
   int64_t n = 1;
   for (int64_t g : grid) {
@@ -165,11 +186,18 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   c.cost_estimate = opts.cost_estimate;
   c.backend = opts.interpret ? Backend::Interpret : opts.backend;
   c.debug = opts.debug;
+  c.interpret_params = opts.interpret_params;
   c.grid.grid = opts.grid;
   for (int64_t g : opts.grid)
     if (g < 0 && g != dynamic) throw Error(what + ": grid size " + std::to_string(g) + " is negative");
   // No outputs is allowed (Pallas' out_shape=()): a kernel run for its effects (debug_print,
   // checks); the call returns an empty vector.
+  {  // the static part of the grid: each axis an i32, the product an int64
+    std::vector<int64_t> known;
+    for (int64_t g : opts.grid)
+      if (g >= 0) known.push_back(g);
+    checked_num_programs(known, what);
+  }
 
   int np = opts.num_scalar_prefetch;
   if (np < 0 || np > static_cast<int>(inputs.size()))

@@ -151,7 +151,7 @@ struct SlotRewriter {
           int64_t n = in[k].impl()->aval.size();
           m.values.emplace_back(in[k].dtype(), in[k].shape());
           Value flat = reshape(in[k].astype(DType::F64), {n});
-          pay(ds(off, n)) = where(fail, flat, pay(ds(off, n)).get());
+          store(pay, {ds(off, n)}, flat, {.mask = broadcast_to(fail, {n})});  // no read of the unwritten slot
           off += n;
         }
         metas->push_back(std::move(m));

@@ -25,6 +25,18 @@ void copy_into(Val& dst, const Val& src) {
 
 Val make_like(const ir::Aval& a, Ctx& ctx) { return ctx.alloc(a.dtype, Dims(a.shape)); }
 
+// After a loop body: carry k's new value goes to its other buffer, unless the body computed it
+// in place in the buffer it was given (program.cc lets a body overwrite a dead carry).
+void next_carries(std::vector<Val>& bufs, std::vector<int>& cur, const std::vector<Val>& outs) {
+  size_t nc = outs.size();
+  for (size_t k = 0; k < nc; ++k) {
+    if (outs[k].data == bufs[cur[k] * nc + k].data) continue;
+    int nxt = 1 - cur[k];
+    copy_into(bufs[nxt * nc + k], outs[k]);
+    cur[k] = nxt;
+  }
+}
+
 void fori_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const Program& body = *ins.subs[0];
   size_t nc = static_cast<size_t>(ins.eqn->params.get_int("num_carry"));
@@ -36,26 +48,41 @@ void fori_rule(const Instr& ins, Val* env, Ctx& ctx) {
   std::vector<Val> bufs(2 * nc);
   for (size_t k = 0; k < nc; ++k) {
     const ir::Aval& a = ins.eqn->out[k].aval;
-    bufs[k] = make_like(a, ctx);
+    if (k < 64 && (ins.adopt_init >> k & 1)) {
+      bufs[k] = env[ins.in[2 + k]];  // a fresh buffer only this loop uses (program.cc)
+    } else {
+      bufs[k] = make_like(a, ctx);
+      copy_into(bufs[k], env[ins.in[2 + k]]);
+    }
     bufs[nc + k] = make_like(a, ctx);
-    copy_into(bufs[k], env[ins.in[2 + k]]);
   }
   Val ival = ctx.alloc(it, Dims());
   std::vector<Val> args(1 + nc + nconst), outs(nc);
   for (size_t k = 0; k < nconst; ++k) args[1 + nc + k] = env[ins.in[2 + nc + k]];
-  int cur = 0;
+  std::vector<int> cur(nc, 0);  // which buffer holds each carry
+  // A body that only accumulates dots of ref slices into a carry: collect them (program.cc).
+  DeferredDots deferred;
+  struct Restore {
+    Ctx& ctx;
+    DeferredDots* saved;
+    ~Restore() { ctx.deferred = saved; }
+  } restore{ctx, ctx.deferred};
+  ctx.deferred = nullptr;
+  if (body.defer_carry >= 0) {
+    deferred.acc = bufs[static_cast<size_t>(body.defer_carry)].data;
+    ctx.deferred = &deferred;
+  }
   for (int64_t i = lo; i < hi; ++i) {
     Arena::Mark m = ctx.arena->mark();
     convert_elements(DType::I64, &i, it, ival.data, 1);
     args[0] = ival;
-    for (size_t k = 0; k < nc; ++k) args[1 + k] = bufs[cur * nc + k];
+    for (size_t k = 0; k < nc; ++k) args[1 + k] = bufs[cur[k] * nc + k];
     run(body, args.data(), outs.data(), ctx);
-    int nxt = 1 - cur;
-    for (size_t k = 0; k < nc; ++k) copy_into(bufs[nxt * nc + k], outs[k]);
+    next_carries(bufs, cur, outs);
     ctx.arena->reset(m);
-    cur = nxt;
   }
-  for (size_t k = 0; k < nc; ++k) env[ins.out[k]] = bufs[cur * nc + k];
+  if (ctx.deferred) flush_deferred(deferred, ctx);
+  for (size_t k = 0; k < nc; ++k) env[ins.out[k]] = bufs[cur[k] * nc + k];
 }
 
 void while_rule(const Instr& ins, Val* env, Ctx& ctx) {
@@ -76,22 +103,20 @@ void while_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Val pred;
   for (size_t k = 0; k < ncc; ++k) cargs[nc + k] = env[ins.in[nc + k]];
   for (size_t k = 0; k < nbc; ++k) bargs[nc + k] = env[ins.in[nc + ncc + k]];
-  int cur = 0;
+  std::vector<int> cur(nc, 0);
   while (true) {
     Arena::Mark m = ctx.arena->mark();
-    for (size_t k = 0; k < nc; ++k) cargs[k] = bargs[k] = bufs[cur * nc + k];
+    for (size_t k = 0; k < nc; ++k) cargs[k] = bargs[k] = bufs[cur[k] * nc + k];
     run(cond, cargs.data(), &pred, ctx);
     if (!scalar_as_bool(pred)) {
       ctx.arena->reset(m);
       break;
     }
     run(body, bargs.data(), outs.data(), ctx);
-    int nxt = 1 - cur;
-    for (size_t k = 0; k < nc; ++k) copy_into(bufs[nxt * nc + k], outs[k]);
+    next_carries(bufs, cur, outs);
     ctx.arena->reset(m);
-    cur = nxt;
   }
-  for (size_t k = 0; k < nc; ++k) env[ins.out[k]] = bufs[cur * nc + k];
+  for (size_t k = 0; k < nc; ++k) env[ins.out[k]] = bufs[cur[k] * nc + k];
 }
 
 void cond_rule(const Instr& ins, Val* env, Ctx& ctx) {
@@ -115,27 +140,56 @@ void num_programs_rule(const Instr& ins, Val* env, Ctx& ctx) {
   env[ins.out[0]] = v;
 }
 
+// debug_print's format, shared with the CUDA backend (docs/design.md): a scalar (rank 0)
+// prints as its value; a tile as its type and shape, a space, then its elements in row-major
+// order in nested brackets, separated by single spaces: "f32[2,3] [[1 2 3] [4 5 6]]".
+// Floats print as printf's %g of the value as a double (16-bit floats through f32), integers
+// in decimal, bools as True / False. Programs print in row-major order of the grid.
 std::string format_value(const Val& v) {
   int64_t n = v.size();
   std::vector<double> d(static_cast<size_t>(n));
   convert_elements(v.dtype, v.data, DType::F64, d.data(), n);
-  std::ostringstream os;
-  auto one = [&](double x) {
-    if (is_float(v.dtype)) os << x;
-    else if (v.dtype == DType::Bool) os << (x != 0 ? "True" : "False");
-    else os << static_cast<long long>(x);
+  std::string os;
+  char buf[64];
+  auto one = [&](int64_t i) {
+    double x = d[static_cast<size_t>(i)];
+    if (is_float(v.dtype)) std::snprintf(buf, sizeof buf, "%g", x);
+    else if (v.dtype == DType::Bool) std::snprintf(buf, sizeof buf, "%s", x != 0 ? "True" : "False");
+    else if (v.dtype == DType::U64) std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(static_cast<const uint64_t*>(v.data)[i]));
+    else if (v.dtype == DType::I64) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(static_cast<const int64_t*>(v.data)[i]));
+    else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
+    os += buf;
   };
   if (v.shape.n == 0) {
-    one(d[0]);
-    return os.str();
+    one(0);
+    return os;
   }
-  os << "[";
+  os += dtype_name(v.dtype);
+  os += "[";
+  for (int k = 0; k < v.shape.n; ++k) os += (k ? "," : "") + std::to_string(v.shape[k]);
+  os += "] ";
+  int rank = v.shape.n;
+  int64_t idx[kMaxRank] = {};
+  for (int k = 0; k < rank; ++k) os += "[";
+  if (n == 0) {
+    for (int k = 0; k < rank; ++k) os += "]";
+    return os;
+  }
   for (int64_t i = 0; i < n; ++i) {
-    if (i) os << " ";
-    one(d[i]);
+    one(i);
+    int closed = 0;  // innermost dims that end here
+    for (int k = rank - 1; k >= 0; --k) {
+      if (++idx[k] < v.shape[k]) break;
+      idx[k] = 0;
+      ++closed;
+    }
+    for (int k = 0; k < closed; ++k) os += "]";
+    if (i + 1 < n) {
+      os += " ";
+      for (int k = 0; k < closed; ++k) os += "[";
+    }
   }
-  os << "]";
-  return os.str();
+  return os;
 }
 
 std::string fill_format(const std::string& fmt, const std::vector<std::string>& vals) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "src/backends/interpret/checks.h"
 #include "src/backends/interpret/strided.h"
 #include "src/backends/interpret/value.h"
 
@@ -45,9 +46,8 @@ int64_t scalar_int(const Val& v) {
 }
 
 Access resolve(const Instr& ins, const Val* env) {
-  const auto& p = ins.eqn->params;
-  const auto& ix = p.get<ir::NDIndexer>("idx");
-  int start = static_cast<int>(p.get_int("idx_start"));
+  const auto& ix = *ins.indexer;
+  int start = ins.idx_start;
   const Val& ref = env[ins.in[0]];
   Access a;
   a.ndims = ref.shape.n;
@@ -212,20 +212,258 @@ const bool* mask_at(const Instr& ins, const Val* env, size_t pos) {
   return pos < ins.in.size() ? env[ins.in[pos]].as<bool>() : nullptr;
 }
 
-size_t after_indices(const Instr& ins) {
-  const auto& ix = ins.eqn->params.get<ir::NDIndexer>("idx");
-  int n = 0;
-  for (auto& d : ix.dims)
-    if (d.operand >= 0) n = std::max(n, d.operand + 1);
-  return static_cast<size_t>(ins.eqn->params.get_int("idx_start") + n);
+size_t after_indices(const Instr& ins) { return static_cast<size_t>(ins.after_idx); }
+
+// ---- the interpreter's checks (checks.h): one pass over the accessed elements ----
+
+const char* verb(AccessKind k, PrimId id) {
+  switch (id) {
+    case PrimId::load: return "loads";
+    case PrimId::store: return "stores to";
+    case PrimId::swap: return "swaps";
+    case PrimId::addupdate: return "adds to";
+    default: return k == AccessKind::Atomic ? "atomically updates" : "accesses";
+  }
+}
+
+std::string ref_desc(const RefInfo* info, const Val& ref) {
+  std::string s = dtype_name(ref.dtype) + std::string("[");
+  for (int k = 0; k < ref.shape.n; ++k) s += (k ? "," : "") + std::to_string(ref.shape[k]);
+  s += "]";
+  if (!info) return "its " + s + " ref";
+  if (info->kind == RefKind::Scratch) return "its " + s + " buffer";
+  if (info->kind == RefKind::Prefetch) return "the whole " + s + " array";
+  return "its " + s + " block";
+}
+
+void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool* mask, AccessKind kind) {
+  CheckState& cs = *ctx.checks;
+  const Val& ref = env[ins.in[0]];
+  const RefInfo* info = ref.info;
+  const Dims& os = a.out_shape;
+  int64_t n = os.size();
+  if (n == 0) return;
+  const bool reads = kind != AccessKind::Write;
+  const bool value_read = kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap;  // padding reads count
+  const bool per_element = info && ((info->shadow && (cs.on.races || cs.on.uninitialized)) ||
+                                    (info->scratch_written && cs.on.uninitialized));
+
+  // A rectangular access (no index arrays) is checked against the ref and the array by its
+  // corners; only shadow and scratch bookkeeping then needs every element.
+  bool rect_ok = false;
+  if (!a.has_array) {
+    rect_ok = true;
+    int64_t lo[kMaxRank], hi[kMaxRank];
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      lo[d] = hi[d] = x.start;
+      if (x.kind == DimAccess::Range) {
+        int64_t last = x.start + x.step * (os[x.axis] - 1);
+        lo[d] = std::min(x.start, last), hi[d] = std::max(x.start, last);
+      }
+      if (lo[d] < 0 || hi[d] >= ref.shape[d]) rect_ok = false;
+    }
+    if (rect_ok && info && value_read && cs.on.out_of_bounds)
+      for (int k = 0; k < a.ndims; ++k) {
+        int d = info->ref_dim_to_array[k];
+        if (info->start[d] + lo[k] < 0 || info->start[d] + hi[k] >= info->array_shape[d]) rect_ok = false;  // padding
+      }
+    if (rect_ok && !per_element) return;
+  }
+
+  const std::string what = info && info->what ? *info->what : std::string("a ref");
+  const int64_t p = ctx.linear_program;
+  const int32_t p32 = static_cast<int32_t>(p);
+  int64_t idx[kMaxRank] = {}, c[kMaxRank], ac[kMaxRank], arr_strides[kMaxRank];
+  {
+    int64_t st = 1;
+    for (int k = a.arr_rank - 1; k >= 0; --k) arr_strides[k] = st, st *= os[a.arr_axis0 + k];
+  }
+  Dims astr;
+  int rank = info ? info->array_shape.n : 0;
+  if (info) astr = contiguous_strides(info->array_shape);
+  const int64_t pcls = cs.race_class(p);
+  int64_t memo_q = -1, memo_cls = 0;
+  auto cls = [&](int32_t q) {
+    if (q != memo_q) memo_q = q, memo_cls = cs.race_class(q);
+    return memo_cls;
+  };
+  auto other = [&](int32_t q) { return q >= 0 && q != p32 && cls(q) != pcls; };
+  auto fail = [&](std::string m) { cs.report(p, "program " + cs.program_str(p) + " " + m); };
+  auto coords_of = [&](int64_t lin) {  // array coordinates of a linear index, for messages
+    for (int d = rank - 1; d >= 0; --d) {
+      int64_t sz = info->array_shape[d];
+      ac[d] = sz ? lin % sz : 0;
+      lin = sz ? lin / sz : 0;
+    }
+    return coords_str(ac, rank);
+  };
+  auto race = [&](int64_t lin, int32_t q, const char* qdid) {
+    int axis = cs.first_parallel_difference(q, p);
+    cs.report(p, "race on " + what + " element " + coords_of(lin) + ": program " + cs.program_str(q) + " " + qdid +
+                     " it and program " + cs.program_str(p) + " " + verb(kind, ins.eqn->prim->id) +
+                     " it; they differ along grid axis " + std::to_string(axis) +
+                     ", which is parallel, so they may run at once on the GPU. Give each program its own block, "
+                     "declare that axis pl::sequential (dimension_semantics), or use atomics");
+  };
+  // The bookkeeping of one element inside the array (linear index lin); false: reported, stop.
+  auto element = [&](int64_t lin) -> bool {
+    if (info->scratch_written) {
+      uint8_t& wr = info->scratch_written[lin];
+      if (reads && !wr && cs.on.uninitialized) {
+        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_of(lin) +
+             ", which it has not written: scratch starts uninitialised in every program. Write it first");
+        return false;
+      }
+      if (kind != AccessKind::Read) wr = 1;
+      return true;
+    }
+    if (!info->shadow) return true;
+    ShadowElem& e = info->shadow[lin];
+    if (reads && cs.on.uninitialized && e.w == -1 && e.a1 == -1) {
+      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_of(lin) +
+           ", which no program has written: outputs start uninitialised (poison in the interpreter, stale memory on the "
+           "GPU). Write it before reading it (e.g. under pl::when(pl::program_id(axis) == 0)), or alias an input to this "
+           "output");
+      return false;
+    }
+    if (cs.on.races) {
+      int32_t q = -1;
+      const char* did = "";
+      if (other(e.w)) q = e.w, did = "writes";
+      else if (kind != AccessKind::Atomic && other(e.a1)) q = e.a1, did = "atomically updates";
+      else if (kind != AccessKind::Atomic && other(e.a2)) q = e.a2, did = "atomically updates";
+      else if (kind != AccessKind::Read && other(e.r1)) q = e.r1, did = "reads";
+      else if (kind != AccessKind::Read && other(e.r2)) q = e.r2, did = "reads";
+      if (q >= 0) {
+        race(lin, q, did);
+        return false;
+      }
+    }
+    auto note = [&](int32_t& s1, int32_t& s2) {
+      if (s1 < 0) s1 = p32;
+      else if (s1 != p32 && s2 < 0 && cls(s1) != pcls) s2 = p32;
+    };
+    if (kind == AccessKind::Atomic) note(e.a1, e.a2);
+    else {
+      if (reads) note(e.r1, e.r2);
+      if (kind != AccessKind::Read) e.w = p32;
+    }
+    return true;
+  };
+
+  if (rect_ok) {  // in the ref and (for value reads) in the array: walk the array's linear index
+    int64_t base = 0, step[kMaxRank] = {};
+    for (int d = 0; d < rank; ++d) base += info->start[d] * astr[d];
+    for (int k = 0; k < a.ndims; ++k) {
+      const DimAccess& x = a.dims[k];
+      int64_t s = astr[info->ref_dim_to_array[k]];
+      base += x.start * s;
+      if (x.kind == DimAccess::Range) step[x.axis] += x.step * s;
+    }
+    bool inside = true;  // the accessed box lies inside the array (else skip elements in the padding)
+    for (int k = 0; k < a.ndims && inside; ++k) {
+      const DimAccess& x = a.dims[k];
+      int d = info->ref_dim_to_array[k];
+      int64_t first = info->start[d] + x.start;
+      int64_t last = x.kind == DimAccess::Range ? first + x.step * (os[x.axis] - 1) : first;
+      if (std::min(first, last) < 0 || std::max(first, last) >= info->array_shape[d]) inside = false;
+    }
+    int64_t lin = base;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i) {
+        for (int k = os.n - 1; k >= 0; --k) {
+          lin += step[k];
+          if (++idx[k] < os[k]) break;
+          lin -= step[k] * os[k];
+          idx[k] = 0;
+        }
+      }
+      if (mask && !mask[i]) continue;
+      if (!inside) {  // writes (dropped) and += / atomics in the padding are not reported
+        bool in = true;
+        for (int k = 0; k < a.ndims; ++k) {
+          const DimAccess& x = a.dims[k];
+          int d = info->ref_dim_to_array[k];
+          int64_t co = info->start[d] + (x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.start);
+          if (co < 0 || co >= info->array_shape[d]) in = false;
+        }
+        if (!in) continue;
+      }
+      if (!element(lin)) return;
+    }
+    return;
+  }
+
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) {
+      for (int k = os.n - 1; k >= 0; --k) {
+        if (++idx[k] < os[k]) break;
+        idx[k] = 0;
+      }
+    }
+    if (mask && !mask[i]) continue;
+    int64_t arr_flat = 0;
+    for (int k = 0; k < a.arr_rank; ++k) arr_flat += idx[a.arr_axis0 + k] * arr_strides[k];
+    bool inref = true;
+    for (int d = 0; d < a.ndims; ++d) {
+      const DimAccess& x = a.dims[d];
+      c[d] = x.kind == DimAccess::Fixed ? x.start : x.kind == DimAccess::Range ? x.start + x.step * idx[x.axis] : x.arr[arr_flat];
+      if (x.kind == DimAccess::Array && c[d] < 0) c[d] += ref.shape[d];  // negative entries count from the end
+      if (c[d] < 0 || c[d] >= ref.shape[d]) inref = false;
+    }
+    if (!inref) {
+      if (!cs.on.out_of_bounds) continue;
+      int bad = 0;
+      while (bad < a.ndims && c[bad] >= 0 && c[bad] < ref.shape[bad]) ++bad;
+      fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " at " + coords_str(c, a.ndims) + ", outside " +
+           ref_desc(info, ref) + " (index " + std::to_string(c[bad]) + " on dim " + std::to_string(bad) + " of size " +
+           std::to_string(ref.shape[bad]) + "): the interpreter reads poison there and drops writes, the GPU may touch "
+           "other memory. Keep ds starts and indices within the ref, or mask the access");
+      return;
+    }
+    if (!info) continue;
+    bool inarr = true;
+    for (int d = 0; d < rank; ++d) ac[d] = info->start[d];
+    for (int k = 0; k < a.ndims; ++k) ac[info->ref_dim_to_array[k]] += c[k];
+    int64_t lin = 0;
+    for (int d = 0; d < rank; ++d) {
+      if (ac[d] < 0 || ac[d] >= info->array_shape[d]) inarr = false;
+      lin += ac[d] * astr[d];
+    }
+    if (!inarr) {  // the padding of an overhanging block: only reads that give a value count
+      if (cs.on.out_of_bounds && value_read) {
+        std::string range;
+        for (int d = 0; d < rank; ++d)
+          range += (d ? ", " : "") + std::to_string(info->start[d]) + ":" + std::to_string(info->start[d] + info->block[d]);
+        std::string shape;
+        for (int d = 0; d < rank; ++d) shape += (d ? "," : "") + std::to_string(info->array_shape[d]);
+        fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) + ", beyond the edge of the " +
+             dtype_name(ref.dtype) + "[" + shape + "] array: its block [" + range +
+             "] overhangs the array and this unmasked lane reads the padding (poison). Mask the load "
+             "(pl::load(ref, idx, {.mask = ...})) or use a block shape that divides the array");
+        return;
+      }
+      continue;
+    }
+    if (!element(lin)) return;
+  }
 }
 
 Val read(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, const bool* mask, const Val* other) {
   const Val& ref = env[ins.in[0]];
   size_t w = itemsize(ref.dtype);
-  Val o = ctx.alloc(ref.dtype, a.out_shape);
   int64_t off;
   Dims st;
+  if (ins.view_ok && !mask && rectangular(a, ref, &off, &st)) {  // only dots read it (program.cc)
+    Val v;
+    v.dtype = ref.dtype;
+    v.shape = a.out_shape;
+    v.strides = st;
+    v.data = static_cast<unsigned char*>(ref.data) + off * w;
+    return v;
+  }
+  Val o = ctx.alloc(ref.dtype, a.out_shape);
   if (!mask && rectangular(a, ref, &off, &st)) {
     strided_copy(o.data, contiguous_strides(a.out_shape), static_cast<unsigned char*>(ref.data) + off * w, st,
                  a.out_shape, w);
@@ -268,23 +506,25 @@ void write(const Val& ref, const Access& a, const Val& v, const bool* mask) {
 
 void load_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const auto& p = ins.eqn->params;
   size_t k = after_indices(ins);
-  const bool* mask = p.get_bool("has_mask") ? env[ins.in[k++]].as<bool>() : nullptr;
-  const Val* other = p.get_bool("has_other") ? &env[ins.in[k++]] : nullptr;
+  const bool* mask = ins.has_mask ? env[ins.in[k++]].as<bool>() : nullptr;
+  const Val* other = ins.has_other ? &env[ins.in[k++]] : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Read);
   env[ins.out[0]] = read(ins, env, ctx, a, mask, other);
 }
 
-void store_rule(const Instr& ins, Val* env, Ctx&) {
+void store_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Write);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
 }
 
 // Masked-off lanes of the result are the operand (the value that was not stored), as Pallas.
 void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::ReadWrite);
   Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
   env[ins.out[0]] = old;
@@ -343,6 +583,8 @@ T combine(AtomicOp op, T cur, T v) {
 void addupdate_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
+  // `ref[...] += v` is atomic on the GPU where programs on parallel axes share the block
+  if (ctx.checks) check_access(ins, env, ctx, a, nullptr, AccessKind::Atomic);
   rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) { return combine<T>(AtomicOp::Add, cur, v.as<T>()[i]); });
 }
 
@@ -350,7 +592,8 @@ void atomic_rmw_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& v = env[ins.in[1]];
   AtomicOp op = ins.eqn->params.get<AtomicOp>("op");
-  const bool* mask = ins.eqn->params.get_bool("has_mask") ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
+  if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Atomic);
   env[ins.out[0]] = rmw(ins, env, ctx, a, mask, [&]<class T>(T cur, int64_t i) { return combine<T>(op, cur, v.as<T>()[i]); });
 }
 
@@ -358,6 +601,7 @@ void atomic_cas_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   const Val& cmp = env[ins.in[1]];
   const Val& v = env[ins.in[2]];
+  if (ctx.checks) check_access(ins, env, ctx, a, nullptr, AccessKind::Atomic);
   env[ins.out[0]] = rmw(ins, env, ctx, a, nullptr, [&]<class T>(T cur, int64_t i) {
     return std::memcmp(&cur, &cmp.as<T>()[i], sizeof(T)) == 0 ? v.as<T>()[i] : cur;
   });

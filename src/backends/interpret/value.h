@@ -39,13 +39,18 @@ struct Dims {
 };
 Dims contiguous_strides(const Dims& shape);
 
+struct RefInfo;
+
 // A value (contiguous tile or scalar) or a ref (strided view of a block or scratch buffer).
+// A value may also be a strided view of a ref (strides set): only loads whose results feed
+// nothing but dots make those (see Instr::view_ok).
 struct Val {
   DType dtype = DType::F32;
   bool is_ref = false;
   Dims shape;
-  Dims strides;  // refs only, in elements
+  Dims strides;  // refs and value views, in elements; empty for contiguous values
   void* data = nullptr;
+  const RefInfo* info = nullptr;  // refs, while the interpreter's checks are on
   int64_t size() const { return shape.size(); }
   template <class T>
   T* as() const { return static_cast<T*>(data); }
@@ -78,6 +83,8 @@ class Arena {
 
 struct Program;
 struct CallRuntime;
+struct CheckState;
+struct DeferredDots;
 
 // Everything a rule can see while a program of the grid runs.
 struct Ctx {
@@ -86,6 +93,9 @@ struct Ctx {
   const int64_t* grid;         // sizes (dynamic ones resolved)
   int grid_rank;
   CallRuntime* call;  // shared by all programs of a call (printing, checks)
+  int64_t linear_program = 0;   // row-major index of the program in the grid
+  CheckState* checks = nullptr; // the interpreter's checks, when on (checks.h)
+  DeferredDots* deferred = nullptr;  // set by a fori_loop whose body defers its dots (below)
   Val alloc(DType t, const Dims& shape) {
     Val v;
     v.dtype = t;
@@ -103,6 +113,20 @@ struct Instr {
   const ir::Eqn* eqn;
   std::vector<int> in, out;                      // env slots
   std::vector<std::shared_ptr<Program>> subs;    // compiled sub-jaxprs (loops, branches)
+  // load: the result feeds only dots and no ref is written before they run, so an in-bounds
+  // rectangular load may return a strided view of the ref instead of a copy.
+  bool view_ok = false;
+  // Memory ops (params with an "idx"): the indexer and where the mask / other operands sit,
+  // read from the params once (a params lookup compares strings).
+  const ir::NDIndexer* indexer = nullptr;
+  int idx_start = 0, after_idx = 0;
+  bool has_mask = false, has_other = false;
+  // dot: its flags, read once
+  bool trans_a = false, trans_b = false;
+  Precision precision = Precision::Default;
+  // fori_loop: carries whose initial value is a fresh buffer nothing else uses (bit k for
+  // carry k), which the loop adopts as the carry's buffer instead of copying it.
+  uint64_t adopt_init = 0;
 };
 
 // A jaxpr compiled to a flat list of instructions over numbered slots.
@@ -110,14 +134,30 @@ struct Program {
   std::vector<Instr> instrs;
   int num_slots = 0;
   std::vector<int> invars, outvars;
+  // A fori_loop body whose carry `defer_carry` is only accumulated into, by one in-place
+  // acc + dot(a, b) of loaded ref slices, and which writes no ref: the loop may collect those
+  // dots and run them as one multi-segment GEMM (the slices stay valid; same summation order).
+  int defer_carry = -1;
   std::vector<std::pair<int, Val>> constants;  // literal slots and their values
   std::vector<std::unique_ptr<unsigned char[]>> constant_storage;
   ir::JaxprPtr keep_alive;
 };
 
-std::shared_ptr<Program> compile(const ir::JaxprPtr& j);
+// owned_invars: invars whose buffers the program may overwrite once they are dead (loop
+// carries, which the loop rule allocated).
+// fori_body: j is a fori_loop body (invars: index, carries, captures; outvars: carries).
+std::shared_ptr<Program> compile(const ir::JaxprPtr& j, const std::vector<bool>& owned_invars = {}, bool fori_body = false);
 // Runs p; args are copied into the invar slots; returns pointers into env for the outputs.
 void run(const Program& p, const Val* args, Val* outs, Ctx& ctx);
+
+// The dots a deferring loop has collected for its carry (rules_dot.cc runs them).
+struct DeferredDots {
+  void* acc = nullptr;           // the carry's buffer (f32)
+  const Instr* instr = nullptr;  // the acc + dot instruction (its params)
+  std::vector<Val> operands;     // a0, b0, a1, b1, ...: strided views of refs
+  int64_t k = 0;                 // their total contraction length
+};
+void flush_deferred(DeferredDots& d, Ctx& ctx);
 
 // Rule table of the interpreter (filled by rules_*.cc).
 ir::RuleTable<Rule>& rules();
