@@ -41,6 +41,7 @@ struct Options {
   bool shrink = true;
   bool verbose = false;
   bool disk_cache = false;
+  bool print_ir = false;
   std::string emit_tests;
   GenOptions gen;
 };
@@ -51,7 +52,7 @@ struct Options {
                "         [--backend-b cuda|compile|none] [--arch sm_90a] [--threads T] [--max-seconds X]\n"
                "         [--print-passing] [--no-shrink] [--shrink-seconds X] [--kernel-timeout X]\n"
                "         [--disable f1,f2,...] [--dtypes f32,i32,...] [--max-ops N] [--emit-tests FILE]\n"
-               "         [--disk-cache] [--verbose] [--list-features]\n",
+               "         [--disk-cache] [--print-ir] [--verbose] [--list-features]\n",
                why);
   std::exit(2);
 }
@@ -94,6 +95,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-shrink") o.shrink = false;
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--disk-cache") o.disk_cache = true;
+    else if (a == "--print-ir") o.print_ir = true;
     else if (a == "--emit-tests") o.emit_tests = need(i);
     else if (a == "--max-ops") o.gen.max_ops = std::max(4, std::stoi(need(i)));
     else if (a == "--disable") {
@@ -358,6 +360,8 @@ int main(int argc, char** argv) {
       if (out.kind != Kind::Ok) {
         std::fputs(rep.c_str(), stdout);
         failures.push_back("seed " + std::to_string(o.seed) + " kernel " + std::to_string(i) + ": " + kind_name(out.kind));
+      } else if (o.print_ir) {
+        std::printf("--- seed %llu kernel %lld IR:\n%s", static_cast<unsigned long long>(o.seed), static_cast<long long>(i), g.ir.c_str());
       } else if (o.print_passing) {
         std::printf("--- seed %llu kernel %lld passed: %s\n%s", static_cast<unsigned long long>(o.seed), static_cast<long long>(i),
                     summary_line(g.kernel).c_str(), text.c_str());

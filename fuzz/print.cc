@@ -235,18 +235,30 @@ std::string spec_text(const ArrayDesc& a, const std::vector<int64_t>& grid) {
   for (size_t i = 0; i < a.block.size(); ++i) s += (i ? ", " : "") + (a.block[i] == pl::squeezed ? std::string("pl::squeezed") : std::to_string(a.block[i]));
   s += "}, [](";
   for (size_t g = 0; g < grid.size(); ++g) s += (g ? ", " : "") + std::string("pl::Value ") + kAxisNames[g];
-  s += ") { return pl::idx(";
+  // Non-trivial block indices are computed one statement each, in order: the arguments of
+  // pl::idx(...) would be traced in an unspecified order.
+  s += ") {";
+  std::string args;
+  int tmp = 0;
   for (size_t d = 0; d < a.map.size(); ++d) {
     const DimMap& m = a.map[d];
-    s += d ? ", " : "";
+    args += d ? ", " : "";
     switch (m.kind) {
-      case MapKind::Zero: s += "0"; break;
-      case MapKind::Axis: s += kAxisNames[m.axis]; break;
-      case MapKind::Rev: s += std::to_string(grid.at(static_cast<size_t>(m.axis)) - 1) + " - " + kAxisNames[m.axis]; break;
-      case MapKind::Mod: s += kAxisNames[m.axis] + std::string(" % ") + std::to_string(m.mod); break;
+      case MapKind::Zero: args += "0"; break;
+      case MapKind::Axis: args += kAxisNames[m.axis]; break;
+      case MapKind::Rev:
+      case MapKind::Mod: {
+        std::string t = "b" + std::to_string(tmp++);
+        s += " pl::Value " + t + " = " +
+             (m.kind == MapKind::Rev ? std::to_string(grid.at(static_cast<size_t>(m.axis)) - 1) + " - " + kAxisNames[m.axis]
+                                     : kAxisNames[m.axis] + std::string(" % ") + std::to_string(m.mod)) +
+             ";";
+        args += t;
+        break;
+      }
     }
   }
-  return s + "); })";
+  return s + " return pl::idx(" + args + "); })";
 }
 
 }  // namespace
