@@ -246,8 +246,11 @@ void Builder::apply(Op& op) {
 pl::CallOptions call_options(const Kernel& k, pl::Backend backend) {
   pl::CallOptions o;
   o.grid = k.grid;
+  for (size_t a = 0; a < k.dynamic.size(); ++a)
+    if (k.dynamic[a]) o.grid[a] = pl::dynamic;
   std::vector<int64_t> grid = k.grid;
   auto spec = [&](const ArrayDesc& a) {
+    if (a.any) return pl::BlockSpec(a.shape, pl::MemorySpace::Any);
     if (a.whole) return pl::BlockSpec();
     std::vector<DimMap> map = a.map;
     return pl::BlockSpec::with_vector_map(a.block, [map, grid](const std::vector<pl::Value>& g) {
@@ -281,6 +284,8 @@ std::vector<pl::ShapeDtype> out_shapes(const Kernel& k) {
 
 std::vector<pl::Array> make_inputs(const Kernel& k) {
   std::vector<pl::Array> r;
+  for (size_t a = 0; a < k.dynamic.size(); ++a)
+    if (k.dynamic[a]) r.push_back(pl::Array::scalar(static_cast<int32_t>(k.grid[a])));
   for (size_t i = 0; i < k.ins.size(); ++i) r.push_back(input(k.ins[i].shape, k.ins[i].dtype, k.in_seeds.at(i)));
   return r;
 }

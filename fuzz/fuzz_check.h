@@ -214,7 +214,9 @@ uint64_t ir_hash(F kernel, const std::vector<pl::ShapeDtype>& out_shapes, pl::Ca
   opts.backend = pl::Backend::Interpret;
   auto c = pl::pallas_call(kernel, out_shapes, opts);
   std::vector<pl::ShapeDtype> s;
-  for (auto& a : ins) s.push_back(a.shape_dtype());
+  size_t nd = 0;  // dynamic grid sizes come first
+  for (int64_t g : opts.grid) nd += g < 0;
+  for (size_t i = nd; i < ins.size(); ++i) s.push_back(ins[i].shape_dtype());
   c.trace(s);
   return text_hash(ir_without_location(c.jaxpr_text()));
 }

@@ -32,7 +32,8 @@ namespace fuzz {
 const char* const kFeatures[] = {"overhang", "squeezed", "whole", "mask", "dslice", "gather", "scatter", "fori",
                                  "while", "cond", "switch", "when", "reduce", "argreduce", "cumsum", "dot", "atomic",
                                  "shared_atomic", "revisit", "alias", "multi_out", "scratch", "shape", "bitcast",
-                                 "weak", "num_warps", "swap", "addupdate", "transcendental", nullptr};
+                                 "weak", "num_warps", "swap", "addupdate", "transcendental", "dynamic_grid", "any",
+                                 nullptr};
 
 namespace {
 
@@ -288,6 +289,10 @@ class Gen : public Builder {
       prod *= e;
     }
     feature("grid_rank:" + std::to_string(gr));
+    for (int a = 0; a < gr; ++a) {
+      k_.dynamic.push_back(on("dynamic_grid") && coin(0.15));
+      if (k_.dynamic.back()) feature("dynamic_grid");
+    }
     std::vector<int> big_axes;  // extent > 1
     for (int a = 0; a < gr; ++a)
       if (k_.grid[static_cast<size_t>(a)] > 1) big_axes.push_back(a);
@@ -300,6 +305,7 @@ class Gen : public Builder {
       DType t = random_dtype();
       ArrayDesc a = (on("whole") && coin(0.2)) ? whole_array(t) : random_array(t, false, {}, st);
       if (a.whole) feature("whole");
+      if (a.whole && !a.shape.empty() && on("any") && coin(0.35)) a.any = true, feature("memory_space_any");
       st.geom = geometry_key(a);
       k_.ins.push_back(a);
       ins_.push_back(st);
@@ -874,12 +880,18 @@ class Gen : public Builder {
       feature("load:gather");
       return emit(op, m);
     }
-    // slices and indices per dimension
+    // slices and indices per dimension (at most one index array)
+    bool array_used = false;
     for (size_t i = 0; i < vs.size(); ++i) {
       Idx x;
       int64_t B = vs[i];
-      int c = uni(10);
-      if (c < 3) {
+      int c = uni(11);
+      if (c == 10 && on("gather") && !array_used && st.role == RefState::Input) {
+        x.kind = Idx::Array;
+        x.v = index_array({static_cast<int64_t>(range(1, 8))}, B, false);
+        array_used = true;
+        feature("load:mixed_gather");
+      } else if (c < 3 || c == 10) {
         x.kind = Idx::All;
       } else if (c < 5) {
         x.kind = Idx::Static;
@@ -1175,7 +1187,7 @@ class Gen : public Builder {
       for (int64_t d = 1; d <= n; ++d)
         if (n % d == 0) divs.push_back(d);
       pl::Shape t;
-      int rank = range(0, 3);
+      int rank = range(0, 4);
       int64_t rest = n;
       for (int d = 0; d + 1 < rank; ++d) {
         std::vector<int64_t> dv;
@@ -1436,49 +1448,31 @@ class Gen : public Builder {
       return true;
     }
     if (kind < 62 && on("atomic") && st.role == RefState::Plain && atomic_ok(t)) return gen_private_atomic(r);
-    if (kind < 75 && on("scatter") && !vs.empty()) {
-      // o[perm] = v with distinct indices on dimension 0
-      int64_t B = vs[0];
-      int64_t n = range(1, static_cast<int>(B));
-      int ix = index_array({n}, B, true);
-      pl::Shape s = vs;
-      s[0] = n;
+    if (!vs.empty() && (on("dslice") || on("scatter"))) {
+      // a store, += or swap through indexers: slices (strided, static or dynamic), indices
+      // (negative ones count from the end) and at most one index array of distinct values
+      pl::Shape s;
+      std::vector<Idx> ix = write_indexers(vs, &s);
       int x = value_for(r, s);
-      op.k = K::Store;
-      op.idx.push_back(Idx{Idx::Array, 0, 0, 1, ix});
+      int w = uni(10);
+      op.idx = ix;
       op.in = {x};
-      feature("store:scatter");
-      emit(op, Meta(), 0);
-      return true;
-    }
-    if (!vs.empty() && on("dslice")) {
-      // a slice or an index on one dimension
-      size_t d = static_cast<size_t>(uni(static_cast<int>(vs.size())));
-      int64_t B = vs[d];
-      pl::Shape s = vs;
-      Idx x;
-      if (coin(0.3)) {
-        x.kind = Idx::Dyn;
-        x.v = index_scalar(B);
-        s.erase(s.begin() + static_cast<long>(d));
+      if (w < 2 && on("addupdate") && t != DType::Bool && (!st.exact || (M(x).exact && !(M(x).product && is_wide_float(t))))) {
+        op.k = K::AddUpdate;
+        feature("addupdate:indexed");
+        emit(op, Meta(), 0);
+      } else if (w < 4 && on("swap") && !st.overhang) {
+        op.k = K::Swap;
+        Meta m = content(r);
+        if (on("mask") && coin(0.3)) op.mask = make_mask(s), m.taint = 1000000 + op.mask;
+        feature("swap:indexed");
+        emit(op, m);
       } else {
-        int64_t n = range(1, static_cast<int>(B));
-        x.size = n;
-        s[d] = n;
-        if (coin(0.5)) {
-          x.kind = Idx::Slice;
-          x.start = range(0, static_cast<int>(B - n));
-        } else {
-          x.kind = Idx::DynSlice;
-          x.v = index_scalar(B - n + 1);
-        }
+        op.k = K::Store;
+        if (on("mask") && coin(0.25)) op.mask = make_mask(s);
+        feature("store:indexed");
+        emit(op, Meta(), 0);
       }
-      int v = value_for(r, s);
-      op.k = K::Store;
-      for (size_t i = 0; i < vs.size(); ++i) op.idx.push_back(i == d ? x : Idx{});
-      op.in = {v};
-      feature("store:slice");
-      emit(op, Meta(), 0);
       return true;
     }
     int x = value_for(r, vs);
@@ -1487,6 +1481,64 @@ class Gen : public Builder {
     op.in = {x};
     emit(op, Meta(), 0);
     return true;
+  }
+
+  // Indexers for a write into a view of shape vs that touch distinct elements; *s gets the
+  // shape of the value written. An index array is not mixed with integer indices, whose
+  // placement rules differ between numpy (integers count as advanced indices) and this
+  // library (integers drop their dimension); docs/fuzzing.md.
+  std::vector<Idx> write_indexers(const pl::Shape& vs_in, pl::Shape* s) {
+    pl::Shape vs = vs_in;
+    std::vector<Idx> ix(vs.size());
+    s->clear();
+    bool array_used = false, int_used = false;
+    size_t first = static_cast<size_t>(uni(static_cast<int>(vs.size())));
+    for (size_t i = 0; i < vs.size(); ++i) {
+      int64_t B = vs[i];
+      Idx& x = ix[i];
+      int c = i == first ? range(1, 9) : uni(14);
+      if (c >= 9 || c == 0) {
+        x.kind = Idx::All;
+        s->push_back(B);
+      } else if (c <= 2 && on("dslice") && !array_used) {
+        int_used = true;
+        x.kind = c == 1 ? Idx::Static : Idx::Dyn;
+        if (c == 1) {
+          x.start = range(0, static_cast<int>(B) - 1);
+          if (coin(0.3)) x.start -= B;
+        } else {
+          x.v = index_scalar(B);
+        }
+        feature("store:index");
+      } else if (c <= 4 && on("scatter") && !array_used && !int_used) {
+        int64_t n = range(1, static_cast<int>(B));
+        x.kind = Idx::Array;
+        x.v = index_array({n}, B, true);
+        s->push_back(n);
+        array_used = true;
+        feature("store:scatter");
+      } else if (on("dslice")) {
+        int64_t n = range(1, static_cast<int>(B));
+        int64_t stride = (n > 1 && coin(0.25)) ? range(2, 3) : 1;
+        while (n > 1 && (n - 1) * stride >= B) --n;
+        int64_t span = (n - 1) * stride + 1;
+        x.size = n;
+        x.stride = stride;
+        if (coin(0.5)) {
+          x.kind = Idx::Slice;
+          x.start = range(0, static_cast<int>(B - span));
+        } else {
+          x.kind = Idx::DynSlice;
+          x.v = index_scalar(B - span + 1);
+        }
+        s->push_back(n);
+        feature(stride > 1 ? "store:strided" : "store:slice");
+      } else {
+        x.kind = Idx::All;
+        s->push_back(B);
+      }
+    }
+    return ix;
   }
 
   static bool atomic_ok(DType t) {
@@ -1853,7 +1905,20 @@ class Gen : public Builder {
       else if (r < 96) res = on("cond") ? gen_cond(false) : -1;
       else if (r < 97) res = on("switch") ? gen_cond(true) : -1;
       else if (r < 99) res = on("when") ? gen_when() : -1;
-      else res = (!nested && !k_.grid.empty()) ? program_id(uni(static_cast<int>(k_.grid.size()))) : -1;
+      else if (!k_.grid.empty()) {
+        int a = uni(static_cast<int>(k_.grid.size()));
+        if (coin(0.5)) {
+          res = program_id(a);
+        } else {
+          Op op;
+          op.k = K::NumPrograms;
+          op.p = {a};
+          Meta m;
+          m.has_range = true, m.lo = m.hi = k_.grid[static_cast<size_t>(a)];
+          res = emit(op, m);
+          feature("num_programs");
+        }
+      }
     }
   }
 

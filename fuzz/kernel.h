@@ -34,6 +34,7 @@ struct ArrayDesc {
   pl::DType dtype = pl::DType::F32;
   pl::Shape shape;
   bool whole = true;          // BlockSpec(): the kernel sees the whole array
+  bool any = false;           // whole, as BlockSpec(shape, pl::MemorySpace::Any)
   pl::Shape block;            // pl::squeezed (-1) for a dropped dimension
   std::vector<DimMap> map;    // one per dimension
   pl::Shape view() const;     // the shape the kernel's ref has
@@ -87,6 +88,7 @@ struct Kernel {
   uint64_t seed = 0;
   int64_t index = 0;
   std::vector<int64_t> grid;
+  std::vector<bool> dynamic;  // per grid axis: pl::dynamic, its size passed as an i32 scalar
   std::vector<ArrayDesc> ins, outs;
   std::vector<pl::ShapeDtype> scratch;
   std::map<int, int> aliases;  // input -> output

@@ -230,6 +230,7 @@ class Printer {
 };
 
 std::string spec_text(const ArrayDesc& a, const std::vector<int64_t>& grid) {
+  if (a.any) return "pl::BlockSpec(" + shape(a.shape) + ", pl::MemorySpace::Any)";
   if (a.whole) return "pl::BlockSpec()";
   std::string s = "pl::BlockSpec({";
   for (size_t i = 0; i < a.block.size(); ++i) s += (i ? ", " : "") + (a.block[i] == pl::squeezed ? std::string("pl::squeezed") : std::to_string(a.block[i]));
@@ -293,7 +294,11 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
   }
   s += "TEST(FuzzRegression, " + test_name + ") {\n";
   s += "  auto kernel = " + cpp_kernel_lambda(k, "  ") + ";\n";
-  s += "  pl::CallOptions opts{.grid = " + ints(k.grid);
+  std::string grid = "{";
+  for (size_t a = 0; a < k.grid.size(); ++a)
+    grid += (a ? ", " : "") + (a < k.dynamic.size() && k.dynamic[a] ? std::string("pl::dynamic") : std::to_string(k.grid[a]));
+  grid += "}";
+  s += "  pl::CallOptions opts{.grid = " + grid;
   auto specs = [&](const std::vector<ArrayDesc>& as) {
     std::string r = "{";
     for (size_t i = 0; i < as.size(); ++i) r += (i ? ",\n                  " : "") + spec_text(as[i], k.grid);
@@ -317,9 +322,12 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
   s += "};\n";
   s += "  std::vector<pl::ShapeDtype> outs = {";
   for (size_t i = 0; i < k.outs.size(); ++i) s += (i ? ", " : "") + std::string("pl::ShapeDtype(") + shape(k.outs[i].shape) + ", " + dt(k.outs[i].dtype) + ")";
-  s += "};\n  std::vector<pl::Array> ins = {";
+  s += "};\n  std::vector<pl::Array> ins = {";  // dynamic grid sizes first
+  std::string sep;
+  for (size_t a = 0; a < k.dynamic.size(); ++a)
+    if (k.dynamic[a]) s += sep + "pl::Array::scalar(int32_t{" + std::to_string(k.grid[a]) + "})", sep = ", ";
   for (size_t i = 0; i < k.ins.size(); ++i)
-    s += (i ? ", " : "") + std::string("fuzz::input(") + shape(k.ins[i].shape) + ", " + dt(k.ins[i].dtype) + ", " + std::to_string(k.in_seeds[i]) + "u)";
+    s += (i || !sep.empty() ? ", " : "") + std::string("fuzz::input(") + shape(k.ins[i].shape) + ", " + dt(k.ins[i].dtype) + ", " + std::to_string(k.in_seeds[i]) + "u)";
   s += "};\n";
   if (!expect_ir_hash.empty()) s += "  EXPECT_EQ(fuzz::ir_hash(kernel, outs, opts, ins), " + expect_ir_hash + ");\n";
   s += "  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {";
