@@ -42,6 +42,7 @@ struct Options {
   bool verbose = false;
   bool disk_cache = false;
   bool print_ir = false;
+  std::string inject;  // test of the shrinker: kernels whose IR contains this "fail"
   std::string emit_tests;
   GenOptions gen;
 };
@@ -52,7 +53,7 @@ struct Options {
                "         [--backend-b cuda|compile|none] [--arch sm_90a] [--threads T] [--max-seconds X]\n"
                "         [--print-passing] [--no-shrink] [--shrink-seconds X] [--kernel-timeout X]\n"
                "         [--disable f1,f2,...] [--dtypes f32,i32,...] [--max-ops N] [--emit-tests FILE]\n"
-               "         [--disk-cache] [--print-ir] [--verbose] [--list-features]\n",
+               "         [--disk-cache] [--print-ir] [--inject-failure TEXT] [--verbose] [--list-features]\n",
                why);
   std::exit(2);
 }
@@ -96,6 +97,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--disk-cache") o.disk_cache = true;
     else if (a == "--print-ir") o.print_ir = true;
+    else if (a == "--inject-failure") o.inject = need(i);
     else if (a == "--emit-tests") o.emit_tests = need(i);
     else if (a == "--max-ops") o.gen.max_ops = std::max(4, std::stoi(need(i)));
     else if (a == "--disable") {
@@ -174,6 +176,8 @@ Outcome check(const Kernel& k, const Options& o, const std::string* expect_ir) {
   }
   if (expect_ir && ir_text(ca) != *expect_ir)
     return {Kind::Build, "the rebuilt kernel traces to different IR than the generated one", "ir"};
+  if (!o.inject.empty() && ir_text(ca).find(o.inject) != std::string::npos)
+    return {Kind::Mismatch, "  (injected: the IR contains '" + o.inject + "')\n", "injected"};
   if (o.backend_b == "compile") {
     try {
       ca.compile_for(o.arch);

@@ -203,16 +203,66 @@ bool delete_op(Kernel& k, const Path& p, const std::vector<ValueType>& types) {
   Program& pr = program_at(k, p, p.size());
   size_t i = static_cast<size_t>(p.back());
   Op op = pr.ops.at(i);
+  std::vector<int> uses;
+  collect_uses(k.body, uses);
+  std::set<int> used(uses.begin(), uses.end());
   std::vector<Op> repl;
+  std::vector<std::pair<int, int>> subst;
   for (int o : op.out) {
+    if (!used.count(o)) continue;  // an unused result needs no constant
     if (static_cast<size_t>(o) >= types.size() || !types[static_cast<size_t>(o)].defined) return false;
     int id = new_id(k);
     repl.push_back(const_op(id, types[static_cast<size_t>(o)]));
+    subst.emplace_back(o, id);
   }
   pr.ops.erase(pr.ops.begin() + static_cast<long>(i));
   pr.ops.insert(pr.ops.begin() + static_cast<long>(i), repl.begin(), repl.end());
-  for (size_t r = 0; r < op.out.size(); ++r) substitute(k.body, op.out[r], repl[r].out[0]);
+  for (auto [from, to] : subst) substitute(k.body, from, to);
   return true;
+}
+
+// Deletes ops [a, b) of the top-level program (results become constants where used).
+bool delete_range(Kernel& k, size_t a, size_t b, const std::vector<ValueType>& types, const std::set<int>& prot) {
+  bool any = false;
+  for (size_t i = b; i-- > a;) {
+    const Op& op = k.body.ops.at(i);
+    bool p = false;
+    for (int o : op.out) p = p || prot.count(o);
+    if (p) continue;
+    if (!delete_op(k, {static_cast<int>(i)}, types)) return false;
+    any = true;
+  }
+  return any;
+}
+
+// Renumbers values in order of definition (v0, v1, ...), for a tidy printed test.
+void renumber(Kernel& k) {
+  std::map<int, int> m;
+  std::function<void(Program&)> def = [&](Program& pr) {
+    for (int& p : pr.params) m.emplace(p, static_cast<int>(m.size()));
+    for (Op& op : pr.ops) {
+      for (Program& b : op.body) def(b);
+      for (int o : op.out) m.emplace(o, static_cast<int>(m.size()));
+    }
+  };
+  def(k.body);
+  auto f = [&](int& x) {
+    if (x >= 0 && m.count(x)) x = m[x];
+  };
+  std::function<void(Program&)> go = [&](Program& pr) {
+    for (int& p : pr.params) f(p);
+    for (Op& op : pr.ops) {
+      for (int& x : op.in) f(x);
+      f(op.mask);
+      f(op.other);
+      for (Idx& x : op.idx) f(x.v);
+      for (int& o : op.out) f(o);
+      for (Program& b : op.body) go(b);
+    }
+    for (int& y : pr.yields) f(y);
+  };
+  go(k.body);
+  k.next_id = static_cast<int>(m.size());
 }
 
 // Replaces a control-flow op by one of its bodies (branch b; a loop's body run once; a
@@ -419,6 +469,22 @@ Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fai
       c.num_warps = 0;
       if (attempt(c)) progress = true;
     }
+    // chunks of top-level ops, halving
+    types = types_of(best);
+    {
+      std::set<int> pr0 = protected_ids(best);
+      for (size_t chunk = best.body.ops.size() / 2; chunk >= 2 && !out_of_time(); chunk /= 2) {
+        for (size_t a = 0; a < best.body.ops.size() && !out_of_time(); a += chunk) {
+          Kernel c = best;
+          size_t b = std::min(a + chunk, c.body.ops.size());
+          if (delete_range(c, a, b, types, pr0) && attempt(c)) {
+            progress = true;
+            types = types_of(best);
+            pr0 = protected_ids(best);
+          }
+        }
+      }
+    }
     // ops, last first
     types = types_of(best);
     std::vector<Path> paths;
@@ -436,7 +502,14 @@ Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fai
           if (!prot_op && inline_body(c, p, b) && attempt(c)) done = true;
         }
       }
-      if (!done && !prot_op && op.k != K::Full && op.k != K::Const && op.k != K::Weak) {
+      bool constant = op.k == K::Full || op.k == K::Const || op.k == K::Weak;
+      if (constant) {  // a constant is only worth deleting when nothing uses it
+        std::vector<int> uses;
+        collect_uses(best.body, uses);
+        for (int u : uses) constant = constant && u != op.out.at(0);
+        constant = !constant;
+      }
+      if (!done && !prot_op && !constant) {
         Kernel c = best;
         if (delete_op(c, p, types) && attempt(c)) done = true;
       }
@@ -488,6 +561,9 @@ Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fai
     if (dce(c)) attempt(c);
   }
   if (steps) *steps = n;
+  Kernel tidy = best;
+  renumber(tidy);
+  if (fails(tidy)) return tidy;
   return best;
 }
 
