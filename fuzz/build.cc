@@ -286,7 +286,8 @@ std::vector<pl::Array> make_inputs(const Kernel& k) {
   std::vector<pl::Array> r;
   for (size_t a = 0; a < k.dynamic.size(); ++a)
     if (k.dynamic[a]) r.push_back(pl::Array::scalar(static_cast<int32_t>(k.grid[a])));
-  for (size_t i = 0; i < k.ins.size(); ++i) r.push_back(input(k.ins[i].shape, k.ins[i].dtype, k.in_seeds.at(i)));
+  for (size_t i = 0; i < k.ins.size(); ++i)
+    r.push_back(input(k.ins[i].shape, k.ins[i].dtype, k.in_seeds.at(i), i < k.in_edges.size() ? k.in_edges[i] : -1));
   return r;
 }
 

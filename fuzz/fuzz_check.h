@@ -46,14 +46,15 @@ inline double float_tiny_of(pl::DType t) {  // smallest positive normal
   }
 }
 
-// A deterministic random array. Floats: mostly normal(0, 2), some small integers; when the
-// seed says so, about 6% edge values (NaN, ±inf, ±0, ±max, subnormal). Integers: random bits,
-// small values and the extremes. Bools: random.
-inline pl::Array input(const pl::Shape& shape, pl::DType t, uint64_t seed) {
+// A deterministic random array. Floats: mostly normal(0, 2), some small integers; with edges
+// (edges = 1, or -1 and the seed says so), about 6% edge values (NaN, ±inf, ±0, ±max,
+// subnormal). Integers: random bits, small values and the extremes. Bools: random.
+inline pl::Array input(const pl::Shape& shape, pl::DType t, uint64_t seed, int edges_ = -1) {
   pl::Array a(shape, t);
   int64_t n = a.size();
   uint64_t s = mix(seed, 0x5eed);
   bool edges = splitmix(s) % 2 == 0;
+  if (edges_ >= 0) edges = edges_ != 0;
   auto next_double = [&] { return static_cast<double>(splitmix(s) >> 11) * 0x1.0p-53; };
   auto normal = [&] {
     double u = std::max(next_double(), 1e-300), v = next_double();

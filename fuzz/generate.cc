@@ -33,7 +33,7 @@ const char* const kFeatures[] = {"overhang", "squeezed", "whole", "mask", "dslic
                                  "while", "cond", "switch", "when", "reduce", "argreduce", "cumsum", "dot", "atomic",
                                  "shared_atomic", "revisit", "alias", "multi_out", "scratch", "shape", "bitcast",
                                  "weak", "num_warps", "swap", "addupdate", "transcendental", "dynamic_grid", "any",
-                                 nullptr};
+                                 "matmul", nullptr};
 
 namespace {
 
@@ -278,7 +278,112 @@ class Gen : public Builder {
     return key;
   }
 
+  // The matmul of kernels/matmul.cc (a K loop accumulating dots of ds slices), with random
+  // sizes and dtypes: at multiples of 128 x 128 x 64 it takes the sm_90a wgmma fast path.
+  bool matmul_ = false;
+  int64_t mm_bm_ = 0, mm_bn_ = 0, mm_bk_ = 0, mm_steps_ = 0;
+  void setup_matmul() {
+    matmul_ = true;
+    feature("matmul");
+    DType t = allowed(DType::BF16) && (!allowed(DType::F16) || coin(0.6)) ? DType::BF16 : DType::F16;
+    std::vector<DType> outs;
+    for (DType o : {DType::F32, DType::BF16, DType::F16})
+      if (allowed(o)) outs.push_back(o);
+    DType ot = outs.empty() ? DType::F32 : pick(outs);
+    bool fast = coin(0.5);
+    mm_bm_ = fast ? pick(std::vector<int64_t>{64, 128}) : pick(std::vector<int64_t>{16, 32, 48, 64, 128});
+    mm_bn_ = fast ? pick(std::vector<int64_t>{64, 128, 256}) : pick(std::vector<int64_t>{16, 32, 64, 96, 128});
+    mm_bk_ = fast ? pick(std::vector<int64_t>{32, 64}) : pick(std::vector<int64_t>{16, 32, 64});
+    mm_steps_ = range(1, 4);
+    int64_t gm = range(1, 3), gn = range(1, 2);
+    if (fast) {  // the fast path's multiples
+      if (mm_bm_ * gm % 128) gm = 2;
+      if (mm_bn_ * gn % 128) gn = 2;
+      if (mm_bk_ * mm_steps_ % 64) mm_steps_ = 2;
+      feature("matmul:fast_shape");
+    }
+    k_.grid = {gm, gn};
+    k_.dynamic = {false, false};
+    int64_t M = gm * mm_bm_, N = gn * mm_bn_, K = mm_bk_ * mm_steps_;
+    ArrayDesc a, b, c;
+    a.dtype = b.dtype = t;
+    c.dtype = ot;
+    a.whole = b.whole = c.whole = false;
+    a.shape = {M, K}, a.block = {mm_bm_, K}, a.map = {DimMap{MapKind::Axis, 0}, DimMap{}};
+    b.shape = {K, N}, b.block = {K, mm_bn_}, b.map = {DimMap{}, DimMap{MapKind::Axis, 1}};
+    c.shape = {M, N}, c.block = {mm_bm_, mm_bn_}, c.map = {DimMap{MapKind::Axis, 0}, DimMap{MapKind::Axis, 1}};
+    RefState in;
+    in.geom = geometry_key(a);
+    k_.ins.push_back(a);
+    ins_.push_back(in);
+    in.geom = geometry_key(b);
+    k_.ins.push_back(b);
+    ins_.push_back(in);
+    RefState out;
+    out.role = RefState::Plain;
+    out.exact = false;
+    out.tol = cap_tol(ot);
+    add_output(c, out);
+    for (size_t i = 0; i < k_.ins.size(); ++i) k_.in_seeds.push_back(mix(mix(k_.seed, static_cast<uint64_t>(k_.index)), i));
+    k_.in_edges = {0, 0};  // long dot rows would mostly meet a NaN or an infinity
+  }
+
+  void kernel_matmul() {
+    int z = full({mm_bm_, mm_bn_}, 0, DType::F32);
+    Op f;
+    f.k = K::Fori;
+    f.p = {0, mm_steps_, coin(0.2) ? 2 : 1};
+    f.in = {z};
+    f.body.resize(1);
+    Program& b = f.body[0];
+    int pi = new_id(), pacc = new_id();
+    b.params = {pi, pacc};
+    auto op = [&](K kind, std::vector<int> in) {
+      Op o;
+      o.k = kind;
+      o.in = std::move(in);
+      o.out = {new_id()};
+      return o;
+    };
+    Op w = op(K::Weak, {});
+    w.c = static_cast<double>(mm_bk_);
+    Op m = op(K::Binary, {pi, w.out[0]});
+    m.fn = "mul";
+    Op la = op(K::Load, {});
+    la.ref = 0;
+    la.idx = {Idx{}, Idx{Idx::DynSlice, 0, mm_bk_, 1, m.out[0]}};
+    Op lb = op(K::Load, {});
+    lb.ref = 1;
+    lb.idx = {Idx{Idx::DynSlice, 0, mm_bk_, 1, m.out[0]}, Idx{}};
+    Op d = op(K::Dot, {la.out[0], lb.out[0]});
+    Op y = op(K::Binary, coin(0.5) ? std::vector<int>{pacc, d.out[0]} : std::vector<int>{d.out[0], pacc});
+    y.fn = "add";
+    b.ops = {w, m, la, lb, d, y};
+    b.yields = {y.out[0]};
+    f.out = {new_id()};
+    cur_->ops.push_back(std::move(f));
+    apply(cur_->ops.back());
+    Meta am;
+    am.exact = false;
+    am.tol = 8 * base_tol(DType::F32);
+    int acc = cur_->ops.back().out[0];
+    record(acc, am);
+    if (coin(0.3)) {  // an epilogue: the general lowering
+      acc = coin(0.5) ? binary("maximum", acc, weak_float(0.0), M(acc)) : binary("mul", acc, weak_float(0.5), M(acc));
+      feature("matmul:epilogue");
+    }
+    int r = static_cast<int>(k_.ins.size());
+    Op st;
+    st.k = K::Store;
+    st.ref = r;
+    st.in = {convert(acc, rdtype(r))};
+    st.idx.assign(2, Idx{});
+    emit(st, Meta(), 0);
+    k_.out_tol = {cap_tol(rdtype(r))};
+  }
+
   void setup() {
+    if (on("matmul") && coin(0.04) && (allowed(DType::BF16) || allowed(DType::F16))) return setup_matmul();
     // grid
     int gr = std::min(3, pick(std::vector<int>{0, 1, 1, 1, 2, 2, 2, 3, 3}));
     int64_t prod = 1;
@@ -1995,6 +2100,7 @@ class Gen : public Builder {
     refs = r;
     cur_ = &k_.body;
     scopes_.emplace_back();
+    if (matmul_) return kernel_matmul();
     int n = range(4, o_.max_ops);
     int split = range(1, std::max(1, n / 2));
     for (int i = 0; i < split; ++i) step(false);

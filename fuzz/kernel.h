@@ -95,7 +95,8 @@ struct Kernel {
   int num_warps = 0;
   Program body;
   std::vector<double> out_tol;     // per output: 0 compare bit for bit, else relative tolerance
-  std::vector<uint64_t> in_seeds;  // per input: fuzz::input(shape, dtype, seed)
+  std::vector<uint64_t> in_seeds;  // per input: fuzz::input(shape, dtype, seed, edges)
+  std::vector<int> in_edges;       // per input: -1 (the seed decides), 0 or 1
   int next_id = 0;
   std::set<std::string> features;  // what the generator used (reported as coverage)
   std::string name() const { return "fuzz_" + std::to_string(seed) + "_" + std::to_string(index); }

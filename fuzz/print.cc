@@ -327,7 +327,8 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
   for (size_t a = 0; a < k.dynamic.size(); ++a)
     if (k.dynamic[a]) s += sep + "pl::Array::scalar(int32_t{" + std::to_string(k.grid[a]) + "})", sep = ", ";
   for (size_t i = 0; i < k.ins.size(); ++i)
-    s += (i || !sep.empty() ? ", " : "") + std::string("fuzz::input(") + shape(k.ins[i].shape) + ", " + dt(k.ins[i].dtype) + ", " + std::to_string(k.in_seeds[i]) + "u)";
+    s += (i || !sep.empty() ? ", " : "") + std::string("fuzz::input(") + shape(k.ins[i].shape) + ", " + dt(k.ins[i].dtype) + ", " + std::to_string(k.in_seeds[i]) + "u" +
+         (i < k.in_edges.size() && k.in_edges[i] >= 0 ? ", " + std::to_string(k.in_edges[i]) : std::string()) + ")";
   s += "};\n";
   if (!expect_ir_hash.empty()) s += "  EXPECT_EQ(fuzz::ir_hash(kernel, outs, opts, ins), " + expect_ir_hash + ");\n";
   s += "  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {";

@@ -360,6 +360,7 @@ bool remove_input(Kernel& k, size_t i) {
   renumber_refs(k.body, r);
   k.ins.erase(k.ins.begin() + static_cast<long>(i));
   k.in_seeds.erase(k.in_seeds.begin() + static_cast<long>(i));
+  if (i < k.in_edges.size()) k.in_edges.erase(k.in_edges.begin() + static_cast<long>(i));
   std::map<int, int> al;
   for (auto [a, o] : k.aliases) al[a > r ? a - 1 : a] = o;
   k.aliases = al;
