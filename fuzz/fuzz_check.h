@@ -126,7 +126,8 @@ inline std::string num_text(double v) {
 // Compares b (backend B) with a (backend A, the reference): empty when they agree, else the
 // first differing elements. tol == 0: bit for bit (NaNs compare equal whatever their payload).
 // tol > 0 (floats): NaN against NaN, an infinity against the same infinity (or a finite value
-// beyond half the format's range, the overflow boundary), else |a-b| <= tol*(max(|a|,|b|) + rms(a)).
+// beyond half the format's range, the overflow boundary), else
+// |a-b| <= tol*(max(|a|,|b|) + rms(a)) + the smallest normal (underflow in a different order).
 inline std::string compare(const pl::Array& a_in, const pl::Array& b_in, double tol, int max_report = 8) {
   pl::Array a = a_in.device().is_host() ? a_in : a_in.to_host();
   pl::Array b = b_in.device().is_host() ? b_in : b_in.to_host();
@@ -169,7 +170,7 @@ inline std::string compare(const pl::Array& a_in, const pl::Array& b_in, double 
       } else if (std::isinf(x) || std::isinf(y)) {
         ok = x == y || (std::signbit(x) == std::signbit(y) && std::fabs(std::isinf(x) ? y : x) >= half_range);
       } else {
-        ok = std::fabs(x - y) <= tol * (std::max(std::fabs(x), std::fabs(y)) + rms);
+        ok = std::fabs(x - y) <= tol * (std::max(std::fabs(x), std::fabs(y)) + rms) + float_tiny_of(t);
       }
       if (!ok) report(i, detail::num_text(x) + " vs " + detail::num_text(y));
     }

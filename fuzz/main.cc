@@ -249,6 +249,9 @@ int main(int argc, char** argv) {
   // a kernel is compiled here explicitly, not by every interpreted call; no cubins on disk
   unsetenv("PALLAS_CUDA_COMPILE_CHECK");
   if (!o.disk_cache) setenv("PALLAS_NO_DISK_CACHE", "1", 1);
+  // GPU outputs start as poison (4-byte dtypes), so an element a GPU kernel fails to write
+  // never matches by accident
+  setenv("PALLAS_CUDA_POISON", "1", 0);
   if (o.backend_b == "cuda" && !pl::cuda_available()) {
     std::fprintf(stderr, "pallas_fuzz: --backend-b cuda but no usable GPU\n");
     return 2;
