@@ -282,6 +282,7 @@ class Gen : public Builder {
   // sizes and dtypes: at multiples of 128 x 128 x 64 it takes the sm_90a wgmma fast path.
   bool matmul_ = false;
   int64_t mm_bm_ = 0, mm_bn_ = 0, mm_bk_ = 0, mm_steps_ = 0;
+  bool mm_epilogue_ = false;
   void setup_matmul() {
     matmul_ = true;
     feature("matmul");
@@ -291,8 +292,10 @@ class Gen : public Builder {
       if (allowed(o)) outs.push_back(o);
     DType ot = outs.empty() ? DType::F32 : pick(outs);
     bool fast = coin(0.5);
-    mm_bm_ = fast ? pick(std::vector<int64_t>{64, 128}) : pick(std::vector<int64_t>{16, 32, 48, 64, 128});
-    mm_bn_ = fast ? pick(std::vector<int64_t>{64, 128, 256}) : pick(std::vector<int64_t>{16, 32, 64, 96, 128});
+    mm_epilogue_ = coin(0.3);  // then the general lowering: tiles small enough to compile quickly
+    bool general = !fast || mm_epilogue_;
+    mm_bm_ = general ? pick(std::vector<int64_t>{16, 32, 48, 64}) : pick(std::vector<int64_t>{64, 128});
+    mm_bn_ = general ? pick(std::vector<int64_t>{16, 32, 64, 96, 128}) : pick(std::vector<int64_t>{64, 128, 256});
     mm_bk_ = fast ? pick(std::vector<int64_t>{32, 64}) : pick(std::vector<int64_t>{16, 32, 64});
     mm_steps_ = range(1, 4);
     int64_t gm = range(1, 3), gn = range(1, 2);
@@ -368,7 +371,7 @@ class Gen : public Builder {
     am.tol = 8 * base_tol(DType::F32);
     int acc = cur_->ops.back().out[0];
     record(acc, am);
-    if (coin(0.3)) {  // an epilogue: the general lowering
+    if (mm_epilogue_) {  // an epilogue: the general lowering
       acc = coin(0.5) ? binary("maximum", acc, weak_float(0.0), M(acc)) : binary("mul", acc, weak_float(0.5), M(acc));
       feature("matmul:epilogue");
     }
