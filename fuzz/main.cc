@@ -37,6 +37,7 @@ struct Options {
   double max_seconds = 0;
   double shrink_seconds = 120;
   double kernel_timeout = 300;
+  double slow_seconds = 20;  // a kernel whose check takes longer is listed (compile time)
   bool print_passing = false;
   bool shrink = true;
   bool verbose = false;
@@ -51,7 +52,7 @@ struct Options {
   std::fprintf(stderr,
                "%s\nusage: pallas_fuzz [--seed S] [--count N] [--start I] [--index I] [--backend-a interpret]\n"
                "         [--backend-b cuda|compile|none] [--arch sm_90a] [--threads T] [--max-seconds X]\n"
-               "         [--print-passing] [--no-shrink] [--shrink-seconds X] [--kernel-timeout X]\n"
+               "         [--print-passing] [--no-shrink] [--shrink-seconds X] [--kernel-timeout X] [--slow-seconds X]\n"
                "         [--disable f1,f2,...] [--dtypes f32,i32,...] [--max-ops N] [--emit-tests FILE]\n"
                "         [--disk-cache] [--print-ir] [--inject-failure TEXT] [--verbose] [--list-features]\n",
                why);
@@ -92,6 +93,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--max-seconds") o.max_seconds = std::stod(need(i));
     else if (a == "--shrink-seconds") o.shrink_seconds = std::stod(need(i));
     else if (a == "--kernel-timeout") o.kernel_timeout = std::stod(need(i));
+    else if (a == "--slow-seconds") o.slow_seconds = std::stod(need(i));
     else if (a == "--print-passing") o.print_passing = true;
     else if (a == "--no-shrink") o.shrink = false;
     else if (a == "--verbose") o.verbose = true;
@@ -297,7 +299,7 @@ int main(int argc, char** argv) {
   std::map<Kind, int64_t> counts;
   std::map<std::string, int64_t> coverage;
   int64_t run = 0, total_ops = 0;
-  std::vector<std::string> failures;
+  std::vector<std::string> failures, slow;
   double gen_s = 0, check_s = 0;
 
   auto report_failure = [&](const Kernel& k, const Outcome& out, const std::string& when) {
@@ -364,6 +366,14 @@ int main(int argc, char** argv) {
       gen_s += std::chrono::duration<double>(tb - ta).count();
       check_s += std::chrono::duration<double>(tc - tb).count();
       for (auto& f : g.kernel.features) ++coverage[f];
+      double secs = std::chrono::duration<double>(tc - tb).count();
+      if (secs > o.slow_seconds) {
+        char b[200];
+        std::snprintf(b, sizeof b, "seed %llu kernel %lld: %.1f s (%s)", static_cast<unsigned long long>(o.seed),
+                      static_cast<long long>(i), secs, summary_line(g.kernel).c_str());
+        slow.push_back(b);
+        std::printf("SLOW: %s\n", b);
+      }
       if (out.kind != Kind::Ok) {
         std::fputs(rep.c_str(), stdout);
         failures.push_back("seed " + std::to_string(o.seed) + " kernel " + std::to_string(i) + ": " + kind_name(out.kind));
@@ -412,6 +422,10 @@ int main(int argc, char** argv) {
     std::string cov;
     for (auto& [f, n] : coverage) cov += " " + f + "=" + std::to_string(n);
     std::printf("coverage (kernels using each feature):%s\n", cov.c_str());
+  }
+  if (!slow.empty()) {
+    std::printf("slow kernels (over %.0f s to check; compile time): %zu\n", o.slow_seconds, slow.size());
+    for (auto& f : slow) std::printf("  %s\n", f.c_str());
   }
   if (!failures.empty()) {
     std::printf("FAILED: %zu kernels\n", failures.size());
