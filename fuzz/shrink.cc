@@ -226,7 +226,7 @@ bool delete_range(Kernel& k, size_t a, size_t b, const std::vector<ValueType>& t
   bool any = false;
   for (size_t i = b; i-- > a;) {
     const Op& op = k.body.ops.at(i);
-    bool p = false;
+    bool p = op.k == K::Full || op.k == K::Const || op.k == K::Weak;  // would come back as a constant
     for (int o : op.out) p = p || prot.count(o);
     if (p) continue;
     if (!delete_op(k, {static_cast<int>(i)}, types)) return false;
@@ -411,6 +411,44 @@ bool shrink_axis(Kernel& k, size_t a, int64_t e) {
   return true;
 }
 
+// A size that every accepted change must decrease (so shrinking ends): live non-constant
+// ops, then every op, then the grid, arrays and warps.
+std::vector<int64_t> size_of(const Kernel& k) {
+  std::vector<const Op*> ops;
+  std::function<void(const Program&)> collect = [&](const Program& pr) {
+    for (const Op& op : pr.ops) {
+      ops.push_back(&op);
+      for (const Program& b : op.body) collect(b);
+    }
+  };
+  collect(k.body);
+  std::set<int> live_vals;
+  std::set<const Op*> live;
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    for (const Op* op : ops) {
+      bool l = has_effect(*op) || live.count(op);
+      for (int o : op->out) l = l || live_vals.count(o);
+      if (!l) continue;
+      if (live.insert(op).second) grew = true;
+      std::vector<int> v;
+      op_operands(*op, v);
+      for (const Program& b : op->body) v.insert(v.end(), b.yields.begin(), b.yields.end());
+      for (int x : v)
+        if (live_vals.insert(x).second) grew = true;
+    }
+  }
+  int64_t n_live = 0;
+  for (const Op* op : live) n_live += !(op->k == K::Full || op->k == K::Const || op->k == K::Weak);
+  int64_t grid = 0, arrays = 0;
+  for (int64_t g : k.grid) grid += g;
+  for (auto& a : k.ins) arrays += pl::shape_size(a.shape);
+  for (auto& a : k.outs) arrays += pl::shape_size(a.shape);
+  return {n_live, static_cast<int64_t>(ops.size()), grid,
+          static_cast<int64_t>(k.ins.size() + k.outs.size() + k.scratch.size()), arrays, k.num_warps};
+}
+
 }  // namespace
 
 Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fails, double max_seconds, int* steps) {
@@ -421,7 +459,7 @@ Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fai
   Kernel best = start;
   int n = 0;
   auto attempt = [&](Kernel cand) {
-    if (out_of_time() || !initialised(cand)) return false;
+    if (out_of_time() || !initialised(cand) || !(size_of(cand) < size_of(best))) return false;
     ++n;
     if (!fails(cand)) return false;
     best = std::move(cand);
@@ -564,7 +602,7 @@ Kernel shrink(const Kernel& start, const std::function<bool(const Kernel&)>& fai
   if (steps) *steps = n;
   Kernel tidy = best;
   renumber(tidy);
-  if (fails(tidy)) return tidy;
+  if (fails(tidy)) return tidy;  // (renumbering keeps the size)
   return best;
 }
 
