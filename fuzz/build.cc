@@ -249,11 +249,12 @@ pl::CallOptions call_options(const Kernel& k, pl::Backend backend) {
   for (size_t a = 0; a < k.dynamic.size(); ++a)
     if (k.dynamic[a]) o.grid[a] = pl::dynamic;
   std::vector<int64_t> grid = k.grid;
+  int64_t plen = k.num_prefetch() ? k.ins[0].shape.at(0) : 1;
   auto spec = [&](const ArrayDesc& a) {
     if (a.any) return pl::BlockSpec(a.shape, pl::MemorySpace::Any);
     if (a.whole) return pl::BlockSpec();
     std::vector<DimMap> map = a.map;
-    return pl::BlockSpec::with_vector_map(a.block, [map, grid](const std::vector<pl::Value>& g) {
+    return pl::BlockSpec::with_vector_map(a.block, [map, grid, plen](const std::vector<pl::Value>& g) {
       std::vector<pl::Value> r;
       for (const DimMap& m : map) {
         switch (m.kind) {
@@ -261,12 +262,19 @@ pl::CallOptions call_options(const Kernel& k, pl::Backend backend) {
           case MapKind::Axis: r.push_back(g.at(static_cast<size_t>(m.axis))); break;
           case MapKind::Rev: r.push_back(pl::Value(grid.at(static_cast<size_t>(m.axis)) - 1) - g.at(static_cast<size_t>(m.axis))); break;
           case MapKind::Mod: r.push_back(g.at(static_cast<size_t>(m.axis)) % pl::Value(m.mod)); break;
+          case MapKind::Pref: {
+            pl::Value s = pl::load(pl::Ref(g.at(grid.size())), {g.at(static_cast<size_t>(m.axis)) % pl::Value(plen)});
+            r.push_back(((s % pl::Value(m.mod)) + pl::Value(m.mod)) % pl::Value(m.mod));
+            break;
+          }
         }
       }
       return r;
     });
   };
-  for (auto& a : k.ins) o.in_specs.push_back(spec(a));
+  for (auto& a : k.ins)
+    if (!a.prefetch) o.in_specs.push_back(spec(a));
+  o.num_scalar_prefetch = k.num_prefetch();
   for (auto& a : k.outs) o.out_specs.push_back(spec(a));
   o.scratch_shapes = k.scratch;
   o.input_output_aliases = k.aliases;

@@ -33,7 +33,7 @@ const char* const kFeatures[] = {"overhang", "squeezed", "whole", "mask", "dslic
                                  "while", "cond", "switch", "when", "reduce", "argreduce", "cumsum", "dot", "atomic",
                                  "shared_atomic", "revisit", "alias", "multi_out", "scratch", "shape", "bitcast",
                                  "weak", "num_warps", "swap", "addupdate", "transcendental", "dynamic_grid", "any",
-                                 "matmul", nullptr};
+                                 "matmul", "prefetch", nullptr};
 
 namespace {
 
@@ -230,10 +230,15 @@ class Gen : public Builder {
         int r = uni(10);
         m.kind = r < 6 ? MapKind::Axis : r < 8 ? MapKind::Rev : MapKind::Mod;
         if (m.kind == MapKind::Mod) m.mod = range(1, std::max<int>(1, static_cast<int>(g[static_cast<size_t>(m.axis)]) - 1));
+        if (k_.num_prefetch() && coin(0.4)) {
+          m.kind = MapKind::Pref;  // a data-dependent block index
+          m.mod = range(1, 4);
+          feature("prefetch:index_map");
+        }
       } else {
         m.kind = MapKind::Zero;
       }
-      int64_t nblocks = m.kind == MapKind::Zero ? 1 : m.kind == MapKind::Mod ? m.mod : g[static_cast<size_t>(m.axis)];
+      int64_t nblocks = m.kind == MapKind::Zero ? 1 : m.kind == MapKind::Mod || m.kind == MapKind::Pref ? m.mod : g[static_cast<size_t>(m.axis)];
       if (m.kind != MapKind::Zero && on("squeezed") && coin(0.15)) {
         a.block[static_cast<size_t>(d)] = pl::squeezed;
         a.shape[static_cast<size_t>(d)] = nblocks;
@@ -406,6 +411,18 @@ class Gen : public Builder {
       if (k_.grid[static_cast<size_t>(a)] > 1) big_axes.push_back(a);
     if (on("num_warps") && coin(0.3)) k_.num_warps = pick(std::vector<int>{1, 2, 8}), feature("num_warps");
 
+    if (on("prefetch") && gr > 0 && coin(0.15)) {
+      ArrayDesc p;
+      p.dtype = DType::I32;
+      p.shape = {static_cast<int64_t>(range(1, 6))};
+      p.whole = true;
+      p.prefetch = true;
+      RefState st;
+      st.geom = geometry_key(p);
+      k_.ins.push_back(p);
+      ins_.push_back(st);
+      feature("prefetch");
+    }
     int nin = range(1, 4);
     for (int i = 0; i < nin; ++i) {
       RefState st;
@@ -466,7 +483,7 @@ class Gen : public Builder {
           std::vector<int> used;
           bool ok = true;
           for (auto& m : in.map) {
-            if (m.kind == MapKind::Mod) ok = false;
+            if (m.kind == MapKind::Mod || m.kind == MapKind::Pref) ok = false;
             if (m.kind == MapKind::Axis || m.kind == MapKind::Rev) {
               if (std::find(used.begin(), used.end(), m.axis) != used.end()) ok = false;
               used.push_back(m.axis);
@@ -821,6 +838,16 @@ class Gen : public Builder {
       case MapKind::Axis: return program_id(m.axis);
       case MapKind::Rev: return binary("sub", constant(static_cast<double>(k_.grid[static_cast<size_t>(m.axis)] - 1), DType::I32), program_id(m.axis), Meta());
       case MapKind::Mod: return binary("rem", program_id(m.axis), weak_int(m.mod), Meta());
+      case MapKind::Pref: {
+        Op ld;
+        ld.k = K::Load;
+        ld.ref = 0;
+        ld.idx = {Idx{Idx::Dyn, 0, 0, 1, binary("rem", program_id(m.axis), weak_int(k_.ins[0].shape[0]), Meta())}};
+        int s = emit(ld, Meta());
+        int r1 = binary("rem", s, weak_int(m.mod), Meta());
+        int r2 = binary("add", r1, weak_int(m.mod), Meta());
+        return binary("rem", r2, weak_int(m.mod), Meta());
+      }
     }
     return -1;
   }
@@ -833,7 +860,8 @@ class Gen : public Builder {
     for (size_t d = 0; d < a.shape.size(); ++d) {
       if (a.block[d] == pl::squeezed) continue;
       int64_t b = a.block[d];
-      int64_t nblocks = a.map[d].kind == MapKind::Zero ? 1 : a.map[d].kind == MapKind::Mod ? a.map[d].mod : k_.grid[static_cast<size_t>(a.map[d].axis)];
+      MapKind mk = a.map[d].kind;
+      int64_t nblocks = mk == MapKind::Zero ? 1 : mk == MapKind::Mod || mk == MapKind::Pref ? a.map[d].mod : k_.grid[static_cast<size_t>(a.map[d].axis)];
       if (a.shape[d] < nblocks * b) {
         int io = iota(DType::I32, vs, vd);
         int bi = block_index(a, d);
@@ -943,6 +971,11 @@ class Gen : public Builder {
     op.ref = r;
     int kind = uni(100);
     if (vs.empty()) {  // a rank-0 ref
+      return emit(op, m);
+    }
+    if (r < static_cast<int>(k_.ins.size()) && k_.ins[static_cast<size_t>(r)].prefetch) {  // scalars of an SMEM ref
+      op.idx = {coin(0.5) ? Idx{Idx::Static, range(0, static_cast<int>(vs[0]) - 1)} : Idx{Idx::Dyn, 0, 0, 1, index_scalar(vs[0])}};
+      feature("prefetch:load");
       return emit(op, m);
     }
     if (st.overhang) {

@@ -23,6 +23,7 @@ enum class MapKind : uint8_t {
   Axis,  // program_id(axis)
   Rev,   // num_programs(axis) - 1 - program_id(axis)
   Mod,   // program_id(axis) % mod
+  Pref,  // ((s[program_id(axis) % len(s)] % mod) + mod) % mod, s the scalar-prefetch operand
 };
 struct DimMap {
   MapKind kind = MapKind::Zero;
@@ -35,6 +36,7 @@ struct ArrayDesc {
   pl::Shape shape;
   bool whole = true;          // BlockSpec(): the kernel sees the whole array
   bool any = false;           // whole, as BlockSpec(shape, pl::MemorySpace::Any)
+  bool prefetch = false;      // a scalar-prefetch operand (i32, rank 1; leads the inputs)
   pl::Shape block;            // pl::squeezed (-1) for a dropped dimension
   std::vector<DimMap> map;    // one per dimension
   pl::Shape view() const;     // the shape the kernel's ref has
@@ -101,6 +103,11 @@ struct Kernel {
   std::set<std::string> features;  // what the generator used (reported as coverage)
   std::string name() const { return "fuzz_" + std::to_string(seed) + "_" + std::to_string(index); }
   int num_refs() const { return static_cast<int>(ins.size() + outs.size() + scratch.size()); }
+  int num_prefetch() const {
+    int n = 0;
+    while (n < static_cast<int>(ins.size()) && ins[static_cast<size_t>(n)].prefetch) ++n;
+    return n;
+  }
 };
 
 // ---- build (build.cc) ----

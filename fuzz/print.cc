@@ -229,13 +229,14 @@ class Printer {
   }
 };
 
-std::string spec_text(const ArrayDesc& a, const std::vector<int64_t>& grid) {
+std::string spec_text(const ArrayDesc& a, const std::vector<int64_t>& grid, int nprefetch, int64_t plen) {
   if (a.any) return "pl::BlockSpec(" + shape(a.shape) + ", pl::MemorySpace::Any)";
   if (a.whole) return "pl::BlockSpec()";
   std::string s = "pl::BlockSpec({";
   for (size_t i = 0; i < a.block.size(); ++i) s += (i ? ", " : "") + (a.block[i] == pl::squeezed ? std::string("pl::squeezed") : std::to_string(a.block[i]));
   s += "}, [](";
   for (size_t g = 0; g < grid.size(); ++g) s += (g ? ", " : "") + std::string("pl::Value ") + kAxisNames[g];
+  for (int p = 0; p < nprefetch; ++p) s += (grid.size() || p ? ", " : "") + std::string("pl::Ref s") + std::to_string(p);
   // Non-trivial block indices are computed one statement each, in order: the arguments of
   // pl::idx(...) would be traced in an unspecified order.
   s += ") {";
@@ -247,6 +248,13 @@ std::string spec_text(const ArrayDesc& a, const std::vector<int64_t>& grid) {
     switch (m.kind) {
       case MapKind::Zero: args += "0"; break;
       case MapKind::Axis: args += kAxisNames[m.axis]; break;
+      case MapKind::Pref: {
+        std::string t = "b" + std::to_string(tmp++), u = "b" + std::to_string(tmp++), n = std::to_string(m.mod);
+        s += " pl::Value " + t + " = s0(" + kAxisNames[m.axis] + " % " + std::to_string(plen) + "); pl::Value " + u + " = ((" + t +
+             " % " + n + ") + " + n + ") % " + n + ";";
+        args += u;
+        break;
+      }
       case MapKind::Rev:
       case MapKind::Mod: {
         std::string t = "b" + std::to_string(tmp++);
@@ -299,9 +307,13 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
     grid += (a ? ", " : "") + (a < k.dynamic.size() && k.dynamic[a] ? std::string("pl::dynamic") : std::to_string(k.grid[a]));
   grid += "}";
   s += "  pl::CallOptions opts{.grid = " + grid;
+  int np = k.num_prefetch();
+  int64_t plen = np ? k.ins[0].shape.at(0) : 1;
   auto specs = [&](const std::vector<ArrayDesc>& as) {
     std::string r = "{";
-    for (size_t i = 0; i < as.size(); ++i) r += (i ? ",\n                  " : "") + spec_text(as[i], k.grid);
+    bool first = true;
+    for (size_t i = 0; i < as.size(); ++i)
+      if (!as[i].prefetch) r += (first ? "" : ",\n                  ") + spec_text(as[i], k.grid, np, plen), first = false;
     return r + "}";
   };
   s += ",\n                       .in_specs = " + specs(k.ins);
@@ -311,6 +323,7 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
     for (size_t i = 0; i < k.scratch.size(); ++i) s += (i ? ", " : "") + std::string("pl::ShapeDtype(") + shape(k.scratch[i].shape) + ", " + dt(k.scratch[i].dtype) + ")";
     s += "}";
   }
+  if (np) s += ",\n                       .num_scalar_prefetch = " + std::to_string(np);
   if (!k.aliases.empty()) {
     s += ",\n                       .input_output_aliases = {";
     bool first = true;

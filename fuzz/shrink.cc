@@ -400,7 +400,7 @@ bool shrink_axis(Kernel& k, size_t a, int64_t e) {
       DimMap& m = d.map[j];
       if (m.kind == MapKind::Zero || static_cast<size_t>(m.axis) != a) continue;
       if (m.kind == MapKind::Mod) m.mod = static_cast<int>(std::min<int64_t>(m.mod, e));
-      int64_t nb = m.kind == MapKind::Mod ? m.mod : e;
+      int64_t nb = m.kind == MapKind::Mod || m.kind == MapKind::Pref ? m.mod : e;
       int64_t b = d.block[j] == pl::squeezed ? 1 : d.block[j];
       d.shape[j] = std::min(d.shape[j], nb * b);
     }
