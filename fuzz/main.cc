@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -286,10 +287,18 @@ int main(int argc, char** argv) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(sig, on_signal);
   for (int t = 0; t < o.threads; ++t) g_slots.push_back(std::make_unique<Slot>());
 
-  std::printf("pallas_fuzz: seed %llu, kernels %lld..%lld, backend A %s, backend B %s%s, %d threads\n",
+  char date[64];
+  std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::printf("pallas_fuzz: seed %llu, kernels %lld..%lld, backend A %s, backend B %s%s, %d threads; %s, commit %s\n",
               static_cast<unsigned long long>(o.seed), static_cast<long long>(first), static_cast<long long>(last - 1),
               o.backend_a.c_str(), o.backend_b.c_str(), o.backend_b == "compile" ? (" (" + o.arch + ")").c_str() : "",
-              o.threads);
+              o.threads, date, PALLAS_FUZZ_COMMIT);
+  if (!o.gen.disabled.empty()) {
+    std::string d;
+    for (auto& f : o.gen.disabled) d += (d.empty() ? "" : ",") + f;
+    std::printf("pallas_fuzz: disabled: %s\n", d.c_str());
+  }
   std::fflush(stdout);
 
   auto t0 = Clock::now();
