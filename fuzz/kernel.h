@@ -176,5 +176,7 @@ std::string ir_text(const pl::Call& c);
 // ---- shrink (shrink.cc) ----
 // Shrinks k while `fails` holds; returns the smallest failing kernel found.
 Kernel shrink(const Kernel& k, const std::function<bool(const Kernel&)>& fails, double max_seconds, int* steps);
+// Every output and scratch ref is fully written (or aliased) before anything else touches it.
+bool initialised(const Kernel& k);
 
 }  // namespace fuzz

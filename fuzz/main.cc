@@ -179,6 +179,8 @@ Outcome check(const Kernel& k, const Options& o, const std::string* expect_ir) {
   }
   if (expect_ir && ir_text(ca) != *expect_ir)
     return {Kind::Build, "the rebuilt kernel traces to different IR than the generated one", "ir"};
+  if (expect_ir && !initialised(k))
+    return {Kind::Build, "generator: an output is touched before its first full write", "init"};
   if (!o.inject.empty() && ir_text(ca).find(o.inject) != std::string::npos)
     return {Kind::Mismatch, "  (injected: the IR contains '" + o.inject + "')\n", "injected"};
   if (o.backend_b == "compile") {

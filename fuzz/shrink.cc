@@ -129,6 +129,8 @@ bool uses_ref(const Program& pr, int r) {
   return false;
 }
 
+}  // namespace
+
 // Every output not aliased has a top-level unmasked full store, or one inside a top-level
 // `when` (a revisit's first write); scratch refs too.
 bool initialised(const Kernel& k) {
@@ -157,6 +159,8 @@ bool initialised(const Kernel& k) {
   }
   return true;
 }
+
+namespace {
 
 // Removes ops without effects whose results are unused (repeatedly).
 bool dce(Kernel& k) {
