@@ -196,8 +196,9 @@ class Gen : public Builder {
     return nblocks * b;
   }
 
-  // A blocked input or output. For outputs, `cover` asks for maps that visit every block
-  // (distinct axes, Axis or Rev) and `use_axes` lists the grid axes it must use.
+  // A blocked input or output. Each grid axis in must_use indexes one dimension (i or n-1-i);
+  // an output's other dimensions are taken whole (index 0), so its blocks are all visited.
+  // An input's may also be indexed by any axis, i % m or a scalar-prefetch value.
   ArrayDesc random_array(DType t, bool output, const std::vector<int>& must_use, RefState& st) {
     ArrayDesc a;
     a.dtype = t;
@@ -207,9 +208,6 @@ class Gen : public Builder {
     a.whole = false;
     int64_t budget = rank == 3 ? 512 : 2048;
     std::vector<int> axes_left = must_use;
-    std::vector<int> free_axes;
-    for (int x = 0; x < static_cast<int>(g.size()); ++x)
-      if (std::find(must_use.begin(), must_use.end(), x) == must_use.end()) free_axes.push_back(x);
     std::vector<int> dims(static_cast<size_t>(rank));
     std::iota(dims.begin(), dims.end(), 0);
     std::shuffle(dims.begin(), dims.end(), rng_);
@@ -251,7 +249,6 @@ class Gen : public Builder {
       if (ov) st.overhang = true, feature("overhang");
       a.map[static_cast<size_t>(d)] = m;
     }
-    (void)free_axes;
     return a;
   }
 
@@ -1121,7 +1118,6 @@ class Gen : public Builder {
       if (y < 0 && !weak) return -1;
     }
     std::vector<const BinaryInfo*> c;
-    DType ty = weak ? D(x) : D(y);
     DType pt = weak ? D(x) : pl::promote_types(D(x), false, D(y), false).dtype;
     for (const BinaryInfo& b : kBinary) {
       DType rt = pt;
@@ -1141,7 +1137,6 @@ class Gen : public Builder {
       if (b.approx && !on("transcendental")) continue;
       // two products added: an FMA may keep one of them exact, cancellation would show it
       if ((n == "add" || n == "sub") && is_wide_float(rt) && M(x).product && !weak && M(y).product) continue;
-      (void)ty;
       c.push_back(&b);
     }
     if (c.empty()) return -1;
