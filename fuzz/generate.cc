@@ -1243,7 +1243,7 @@ class Gen : public Builder {
     m.has_range = false;
     m.product = n == 2 && is_wide_float(D(x));
     m.may_nan = true;
-    if (pl::is_float(D(x)) && (n >= 3 || n <= -2)) {
+    if (pl::is_float(D(x)) && (n >= 3 || n < 0)) {  // 1/x may come from pow(x, -1): approximate too
       m.exact = false;
       m.tol = (M(x).exact ? 0 : M(x).tol) + 2 * base_tol(D(x));
     }
