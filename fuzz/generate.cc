@@ -1191,6 +1191,7 @@ class Gen : public Builder {
     Meta m = join(M(x), M(y));
     m.taint = M(x).taint ? M(x).taint : M(y).taint;
     m.has_range = false;
+    m.product = M(x).product || M(y).product;  // an add may be folded into the select, then contracted
     int r = uni(10);
     if (r < 6 || S(y) != S(x)) {
       Op op;
