@@ -872,12 +872,14 @@ class Gen : public Builder {
     return mask < 0 ? full(vs, 1, DType::Bool) : mask;
   }
 
-  // Content meta of a read of ref r.
+  // Content meta of a read of ref r. A ref the kernel writes may hold an f32/f64 product
+  // that the compiler forwards from the store, so an add of what is read may be contracted.
   Meta content(int r) {
     const RefState& st = rs(r);
     Meta m;
     m.exact = st.exact;
     m.tol = st.tol;
+    m.product = st.role != RefState::Input && is_wide_float(rdtype(r));
     return m;
   }
 
@@ -1560,9 +1562,7 @@ class Gen : public Builder {
     }
     if (kind < 30 && on("addupdate") && t != DType::Bool) {
       int x = value_for(r, vs);
-      if (pl::is_float(t) && (M(x).product && is_wide_float(t))) {
-        if (st.exact) return false;
-      }
+      if (is_wide_float(t) && st.exact) return false;  // old + x may be contracted with a forwarded product
       if (!st.exact || M(x).exact) {
         op.k = K::AddUpdate;
         op.idx.assign(vs.size(), Idx{});
@@ -1594,7 +1594,7 @@ class Gen : public Builder {
       int w = uni(10);
       op.idx = ix;
       op.in = {x};
-      if (w < 2 && on("addupdate") && t != DType::Bool && (!st.exact || (M(x).exact && !(M(x).product && is_wide_float(t))))) {
+      if (w < 2 && on("addupdate") && t != DType::Bool && (!st.exact || (M(x).exact && !is_wide_float(t)))) {
         op.k = K::AddUpdate;
         feature("addupdate:indexed");
         emit(op, Meta(), 0);
@@ -2091,7 +2091,7 @@ class Gen : public Builder {
     DType t = rdtype(r);
     const RefState& st = rs(r);
     int x = value_for(r, vs);
-    if (t != DType::Bool && on("addupdate") && coin(0.5) && (!st.exact || (M(x).exact && !(M(x).product && is_wide_float(t))))) {
+    if (t != DType::Bool && on("addupdate") && coin(0.5) && (!st.exact || (M(x).exact && !is_wide_float(t)))) {
       Op op;
       op.k = K::AddUpdate;
       op.ref = r;
@@ -2112,7 +2112,7 @@ class Gen : public Builder {
     int cur = emit(ld, lm);
     std::string fn = t == DType::Bool ? "bitwise_or" : pick(std::vector<std::string>{"maximum", "minimum", "add"});
     Meta m = join(M(cur), M(x));
-    bool exact_ok = fn != "add" || !is_wide_float(t) || !M(x).product;
+    bool exact_ok = fn != "add" || !is_wide_float(t) || !(M(x).product || M(cur).product);
     if (!exact_ok) m.exact = false, m.tol = base_tol(t);
     if (!pl::is_float(t)) m.exact = true;
     if (st.exact && !m.exact) fn = "maximum";
