@@ -33,7 +33,8 @@ const char* const kFeatures[] = {"overhang", "squeezed", "whole", "mask", "dslic
                                  "while", "cond", "switch", "when", "reduce", "argreduce", "cumsum", "dot", "atomic",
                                  "shared_atomic", "revisit", "alias", "multi_out", "scratch", "shape", "bitcast",
                                  "weak", "num_warps", "swap", "addupdate", "transcendental", "dynamic_grid", "any",
-                                 "matmul", "prefetch", nullptr};
+                                 "matmul", "prefetch", "past_end", "gather2", "negative_index",
+                                 "add_duplicates", nullptr};
 
 namespace {
 
@@ -776,6 +777,16 @@ class Gen : public Builder {
 
   // An i32 tile of shape s with values in [0, m); distinct values when perm (then s is 1-D
   // with s[0] <= m).
+  // Index arrays of refs may also address from the end: entries in [-m, 0) (negative_index).
+  int ref_index_array(pl::Shape s, int64_t m, bool perm) {
+    int ix = index_array(s, m, perm);
+    if (on("negative_index") && coin(0.25)) {
+      ix = binary("sub", ix, weak_int(m), Meta());
+      feature("index:negative");
+    }
+    return ix;
+  }
+
   int index_array(pl::Shape s, int64_t m, bool perm) {
     if (!perm && coin(0.5)) {
       int d = find([&](int id) { return S(id) == s && pl::is_integer(D(id)) && M(id).taint == 0; });
@@ -1006,12 +1017,51 @@ class Gen : public Builder {
       }
       return emit(op, m);
     }
+    if (kind < 38 && vs.size() >= 2 && on("gather") && on("gather2") && rs(r).role == RefState::Input) {
+      // two index arrays broadcast together ([p,1] and [1,q]); NumPy places the [p,q] block
+      size_t d0 = static_cast<size_t>(uni(static_cast<int>(vs.size()))), d1 = d0;
+      while (d1 == d0) d1 = static_cast<size_t>(uni(static_cast<int>(vs.size())));
+      int64_t p = range(1, 6), q = range(1, 6);
+      int a0 = ref_index_array({p, 1}, vs[d0], false), a1 = ref_index_array({1, q}, vs[d1], false);
+      op.idx.assign(vs.size(), Idx{});
+      op.idx[d0] = Idx{Idx::Array, 0, 0, 1, a0};
+      op.idx[d1] = Idx{Idx::Array, 0, 0, 1, a1};
+      if (coin(0.3)) {  // an integer beside them is an advanced index too
+        for (size_t i = 0; i < vs.size(); ++i)
+          if (i != d0 && i != d1) {
+            op.idx[i] = Idx{Idx::Static, range(0, static_cast<int>(vs[i]) - 1)};
+            break;
+          }
+      }
+      feature("load:gather2");
+      return emit(op, m);
+    }
+    if (kind < 44 && on("past_end") && on("mask")) {
+      // a masked slice reaching past the ref (the Triton idiom); the mask keeps it inside
+      size_t d = static_cast<size_t>(uni(static_cast<int>(vs.size())));
+      int64_t B = vs[d], start = range(0, static_cast<int>(B) - 1), n = B - start + range(1, 8);
+      op.idx.assign(vs.size(), Idx{});
+      op.idx[d] = Idx{Idx::Slice, start, n, 1, -1};
+      pl::Shape rs_ = vs;
+      rs_[d] = n;
+      int io = iota(DType::I32, rs_, static_cast<int>(d));
+      int in = binary("lt", io, weak_int(B - start), Meta());
+      if (coin(0.3)) in = binary("bitwise_and", in, make_mask(rs_), Meta());
+      op.mask = in;
+      if (coin(0.8)) {
+        op.other = constant(const_for(rdtype(r)), rdtype(r));
+      } else {
+        m.taint = 1000000 + op.mask;
+      }
+      feature("load:past_end");
+      return emit(op, m);
+    }
     if (kind < 50 && on("gather") && rs(r).role == RefState::Input) {
       // one index array on one dimension
       size_t d = static_cast<size_t>(uni(static_cast<int>(vs.size())));
       pl::Shape is = {static_cast<int64_t>(range(1, 16))};
       if (coin(0.3)) is = {static_cast<int64_t>(range(1, 4)), static_cast<int64_t>(range(1, 6))};
-      int ix = index_array(is, vs[d], false);
+      int ix = ref_index_array(is, vs[d], false);
       for (size_t i = 0; i < vs.size(); ++i) {
         Idx x;
         if (i == d) x.kind = Idx::Array, x.v = ix;
@@ -1028,7 +1078,7 @@ class Gen : public Builder {
       int c = uni(11);
       if (c == 10 && on("gather") && !array_used && st.role == RefState::Input) {
         x.kind = Idx::Array;
-        x.v = index_array({static_cast<int64_t>(range(1, 8))}, B, false);
+        x.v = ref_index_array({static_cast<int64_t>(range(1, 8))}, B, false);
         array_used = true;
         feature("load:mixed_gather");
       } else if (c < 3 || c == 10) {
@@ -1573,13 +1623,46 @@ class Gen : public Builder {
       }
       return false;
     }
+    if (kind < 36 && !vs.empty() && on("past_end") && on("mask")) {
+      // a masked store through a slice reaching past the ref
+      size_t d = static_cast<size_t>(uni(static_cast<int>(vs.size())));
+      int64_t B = vs[d], start = range(0, static_cast<int>(B) - 1), n = B - start + range(1, 8);
+      pl::Shape s = vs;
+      s[d] = n;
+      op.k = K::Store;
+      op.idx.assign(vs.size(), Idx{});
+      op.idx[d] = Idx{Idx::Slice, start, n, 1, -1};
+      int x = value_for(r, s);
+      int io = iota(DType::I32, s, static_cast<int>(d));
+      op.mask = binary("lt", io, weak_int(B - start), Meta());
+      op.in = {x};
+      feature("store:past_end");
+      emit(op, Meta(), 0);
+      return true;
+    }
+    if (kind < 39 && !vs.empty() && on("add_duplicates") && on("addupdate") && t != DType::Bool && (!st.exact || !pl::is_float(t))) {
+      // ref[idx] += v with repeated indices: every duplicate adds (np.add.at; atomics on the GPU)
+      int64_t n = range(1, 24);
+      int ix = ref_index_array({n}, vs[0], false);
+      pl::Shape s = vs;
+      s[0] = n;
+      int x = value_for(r, s);
+      op.k = K::AddUpdate;
+      op.idx.assign(vs.size(), Idx{});
+      op.idx[0] = Idx{Idx::Array, 0, 0, 1, ix};
+      op.in = {x};
+      feature("addupdate:duplicates");
+      emit(op, Meta(), 0);
+      return true;
+    }
     if (kind < 42 && on("swap") && !st.overhang) {
       int x = value_for(r, vs);
       op.k = K::Swap;
       op.idx.assign(vs.size(), Idx{});
       op.in = {x};
-      Meta m = content(r);
-      if (on("mask") && coin(0.3)) op.mask = make_mask(vs), m.taint = 1000000 + op.mask;
+      Meta m = join(content(r), M(x));  // masked-off lanes return x (Pallas)
+      m.product = content(r).product || M(x).product;
+      if (on("mask") && coin(0.3)) op.mask = make_mask(vs), feature("swap:masked");
       feature("swap");
       emit(op, m);
       return true;
@@ -1600,8 +1683,9 @@ class Gen : public Builder {
         emit(op, Meta(), 0);
       } else if (w < 4 && on("swap") && !st.overhang) {
         op.k = K::Swap;
-        Meta m = content(r);
-        if (on("mask") && coin(0.3)) op.mask = make_mask(s), m.taint = 1000000 + op.mask;
+        Meta m = join(content(r), M(x));  // masked-off lanes return x (Pallas)
+        m.product = content(r).product || M(x).product;
+        if (on("mask") && coin(0.3)) op.mask = make_mask(s), feature("swap:masked");
         feature("swap:indexed");
         emit(op, m);
       } else {
@@ -1650,7 +1734,7 @@ class Gen : public Builder {
       } else if (c <= 4 && on("scatter") && !array_used && !int_used) {
         int64_t n = range(1, static_cast<int>(B));
         x.kind = Idx::Array;
-        x.v = index_array({n}, B, true);
+        x.v = ref_index_array({n}, B, true);
         s->push_back(n);
         array_used = true;
         feature("store:scatter");
@@ -1700,7 +1784,7 @@ class Gen : public Builder {
     if (!vs.empty() && coin(0.4)) {
       int64_t B = vs[0];
       int64_t n = range(1, static_cast<int>(B));
-      op.idx[0] = Idx{Idx::Array, 0, 0, 1, index_array({n}, B, true)};
+      op.idx[0] = Idx{Idx::Array, 0, 0, 1, ref_index_array({n}, B, true)};
       s[0] = n;
     }
     int x = value_for(r, s);
@@ -1749,7 +1833,7 @@ class Gen : public Builder {
     if (!vs.empty() && on("gather") && coin(0.5)) {
       // duplicates welcome: an index array with repeats
       int64_t n = range(1, 24);
-      op.idx[0] = Idx{Idx::Array, 0, 0, 1, index_array({n}, vs[0], false)};
+      op.idx[0] = Idx{Idx::Array, 0, 0, 1, ref_index_array({n}, vs[0], false)};
       s[0] = n;
       feature("atomic:shared_gather");
     } else if (!vs.empty() && coin(0.3)) {
