@@ -246,6 +246,7 @@ void Builder::apply(Op& op) {
 pl::CallOptions call_options(const Kernel& k, pl::Backend backend) {
   pl::CallOptions o;
   o.grid = k.grid;
+  for (int d : k.dim_sem) o.dimension_semantics.push_back(d ? pl::sequential : pl::parallel);
   for (size_t a = 0; a < k.dynamic.size(); ++a)
     if (k.dynamic[a]) o.grid[a] = pl::dynamic;
   std::vector<int64_t> grid = k.grid;

@@ -34,7 +34,7 @@ const char* const kFeatures[] = {"overhang", "squeezed", "whole", "mask", "dslic
                                  "shared_atomic", "revisit", "alias", "multi_out", "scratch", "shape", "bitcast",
                                  "weak", "num_warps", "swap", "addupdate", "transcendental", "dynamic_grid", "any",
                                  "matmul", "prefetch", "past_end", "gather2", "negative_index",
-                                 "add_duplicates", nullptr};
+                                 "add_duplicates", "dim_sem", nullptr};
 
 namespace {
 
@@ -519,6 +519,18 @@ class Gen : public Builder {
       feature("scratch");
     }
     for (size_t i = 0; i < k_.ins.size(); ++i) k_.in_seeds.push_back(mix(mix(k_.seed, static_cast<uint64_t>(k_.index)), i));
+    if (on("dim_sem") && gr > 0 && coin(0.3)) {
+      // declared: sequential where a revisited output needs it, else mostly parallel (shared
+      // atomic outputs then take adds from programs running at once)
+      for (int a = 0; a < gr; ++a) {
+        bool seq = false;
+        for (auto& o : outs_)
+          if (o.role == RefState::Revisit && std::find(o.ignored_axes.begin(), o.ignored_axes.end(), a) != o.ignored_axes.end())
+            seq = true;
+        k_.dim_sem.push_back(seq || coin(0.3) ? 1 : 0);
+      }
+      feature("dim_sem");
+    }
   }
 
   void set_content_class(RefState& st, DType t) {

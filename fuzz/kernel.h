@@ -91,6 +91,7 @@ struct Kernel {
   int64_t index = 0;
   std::vector<int64_t> grid;
   std::vector<bool> dynamic;  // per grid axis: pl::dynamic, its size passed as an i32 scalar
+  std::vector<int> dim_sem;   // per grid axis: 0 pl::parallel, 1 pl::sequential; empty: inferred
   std::vector<ArrayDesc> ins, outs;
   std::vector<pl::ShapeDtype> scratch;
   std::map<int, int> aliases;  // input -> output

@@ -307,6 +307,11 @@ std::string cpp_test(const Kernel& k, const std::string& test_name, const std::s
     grid += (a ? ", " : "") + (a < k.dynamic.size() && k.dynamic[a] ? std::string("pl::dynamic") : std::to_string(k.grid[a]));
   grid += "}";
   s += "  pl::CallOptions opts{.grid = " + grid;
+  if (!k.dim_sem.empty()) {
+    s += ",\n                       .dimension_semantics = {";
+    for (size_t a = 0; a < k.dim_sem.size(); ++a) s += (a ? ", " : "") + std::string(k.dim_sem[a] ? "pl::sequential" : "pl::parallel");
+    s += "}";
+  }
   int np = k.num_prefetch();
   int64_t plen = np ? k.ins[0].shape.at(0) : 1;
   auto specs = [&](const std::vector<ArrayDesc>& as) {
