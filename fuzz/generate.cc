@@ -1033,7 +1033,9 @@ class Gen : public Builder {
       // two index arrays broadcast together ([p,1] and [1,q]); NumPy places the [p,q] block
       size_t d0 = static_cast<size_t>(uni(static_cast<int>(vs.size()))), d1 = d0;
       while (d1 == d0) d1 = static_cast<size_t>(uni(static_cast<int>(vs.size())));
+      int64_t rest = std::max<int64_t>(1, pl::shape_size(vs) / (vs[d0] * vs[d1]));
       int64_t p = range(1, 6), q = range(1, 6);
+      while (p * q * rest > 4096 && (p > 1 || q > 1)) (p > q ? p : q) -= 1;  // keep the tile small
       int a0 = ref_index_array({p, 1}, vs[d0], false), a1 = ref_index_array({1, q}, vs[d1], false);
       op.idx.assign(vs.size(), Idx{});
       op.idx[d0] = Idx{Idx::Array, 0, 0, 1, a0};
@@ -1071,8 +1073,9 @@ class Gen : public Builder {
     if (kind < 50 && on("gather") && rs(r).role == RefState::Input) {
       // one index array on one dimension
       size_t d = static_cast<size_t>(uni(static_cast<int>(vs.size())));
-      pl::Shape is = {static_cast<int64_t>(range(1, 16))};
-      if (coin(0.3)) is = {static_cast<int64_t>(range(1, 4)), static_cast<int64_t>(range(1, 6))};
+      int64_t cap = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, pl::shape_size(vs) / vs[d]));  // result elements
+      pl::Shape is = {std::min<int64_t>(cap, range(1, 16))};
+      if (coin(0.3)) is = {std::min<int64_t>(cap, range(1, 4)), 1}, is[1] = std::max<int64_t>(1, std::min<int64_t>(cap / is[0], range(1, 6)));
       int ix = ref_index_array(is, vs[d], false);
       for (size_t i = 0; i < vs.size(); ++i) {
         Idx x;
@@ -1090,7 +1093,7 @@ class Gen : public Builder {
       int c = uni(11);
       if (c == 10 && on("gather") && !array_used && st.role == RefState::Input) {
         x.kind = Idx::Array;
-        x.v = ref_index_array({static_cast<int64_t>(range(1, 8))}, B, false);
+        x.v = ref_index_array({std::min<int64_t>(std::max<int64_t>(1, 4096 / std::max<int64_t>(1, pl::shape_size(vs) / B)), range(1, 8))}, B, false);
         array_used = true;
         feature("load:mixed_gather");
       } else if (c < 3 || c == 10) {

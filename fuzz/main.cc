@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
         std::snprintf(b, sizeof b, "seed %llu kernel %lld: %.1f s (%s)", static_cast<unsigned long long>(o.seed),
                       static_cast<long long>(i), secs, summary_line(g.kernel).c_str());
         slow.push_back(b);
-        std::printf("SLOW: %s\n", b);
+        std::printf("SLOW: %s\n%s", b, text.c_str());
       }
       if (out.kind != Kind::Ok) {
         std::fputs(rep.c_str(), stdout);
