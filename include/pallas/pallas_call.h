@@ -155,6 +155,11 @@ class Call {
   // Where a call of the traced kernel runs: "cuda" or "interpreter" (Backend::Auto uses the
   // interpreter for kernels the GPU backend has no lowering for).
   std::string backend_name() const;
+  // Lowers the traced kernel with the CUDA backend and compiles it with NVRTC for `arch`
+  // (e.g. "sm_90a") without running it; needs the CUDA toolkit at build time, not a GPU.
+  // Thread-safe; results are cached like any compiled kernel. Throws pl::Error when the
+  // build has no CUDA backend or lowering/compiling fails (the differential fuzzer uses it).
+  void compile_for(const std::string& arch) const;
   const std::shared_ptr<detail::CallState>& state() const { return state_; }
 
  private:

@@ -91,6 +91,17 @@ std::string Call::backend_name() const {
   return core::resolve_backend(state_->get_traced()) == Backend::Cuda ? "cuda" : "interpreter";
 }
 
+void Call::compile_for(const std::string& arch) const {
+  if (!state_) throw Error("Call: empty Call");
+  const core::BackendRunner* gpu = core::cuda_runner();
+  if (!gpu)
+    throw Error(state_->what + ": compile_for(" + arch + "): this build of Pallas C++ has no CUDA backend "
+                "(configure with the CUDA toolkit present)");
+  core::PallasCall c = state_->get_traced();
+  c.compiler_params.arch = arch;
+  gpu->compile_check(c);
+}
+
 int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_shapes.size()) : 0; }
 
 namespace core {

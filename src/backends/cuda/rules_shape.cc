@@ -228,7 +228,9 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
       E.line("{ const int i = e / " + std::to_string(N) + ", j = e % " + std::to_string(N) + "; " + acc_t + " acc = 0;");
       std::string va = "(" + acc_t + ")ld(" + xa + "[" + as_ + "])", vb = "(" + acc_t + ")ld(" + xb + "[" + bs_ + "])";
       if (tf32) va = "tf32(" + va + ")", vb = "tf32(" + vb + ")";
-      E.line("  for (int kk = 0; kk < " + std::to_string(K) + "; ++kk) acc = p_add<" + acc_t + ">(acc, p_mul<" + acc_t + ">(" + va + ", " + vb + "));");
+      // the K loop stays rolled: unrolled inside the unrolled loop over this thread's
+      // elements, NVRTC took minutes for 128x128 tiles (found by the fuzzer, docs/fuzzing.md)
+      E.line("  _Pragma(\"unroll 1\") for (int kk = 0; kk < " + std::to_string(K) + "; ++kk) acc = p_add<" + acc_t + ">(acc, p_mul<" + acc_t + ">(" + va + ", " + vb + "));");
       E.line("  " + E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(acc); }");
     });
     E.sync();
