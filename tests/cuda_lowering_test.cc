@@ -33,7 +33,7 @@ double rel_err(const std::vector<double>& a, const std::vector<double>& b) {
 
 // Compiles for sm_90a and runs in the interpreter; on a GPU also runs there and compares.
 void check(const Factory& make, const std::vector<pl::Array>& args, double tol = 1e-5) {
-  pl::Call gpu = make(pl::Backend::Auto);
+  pl::Call gpu = make(pl::cuda_available() ? pl::Backend::Cuda : pl::Backend::Auto);  // not PALLAS_BACKEND
   std::vector<pl::ShapeDtype> shapes;
   for (auto& a : args) shapes.push_back(a.shape_dtype());
   gpu.trace(shapes);
