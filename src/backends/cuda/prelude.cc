@@ -79,7 +79,14 @@ template <class C> __device__ __forceinline__ C p_min(C a, C b) {
   else return a < b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_shl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a << b); }
-template <class C> __device__ __forceinline__ C p_shra(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? (a < 0 ? C(-1) : C(0)) : (C)(a >> b); }
+template <class C> struct ST { typedef C t; };
+template <> struct ST<u8> { typedef i8 t; }; template <> struct ST<u16> { typedef i16 t; };
+template <> struct ST<u32> { typedef i32 t; }; template <> struct ST<u64> { typedef i64 t; };
+// Arithmetic shift on the bits as signed, also for unsigned types (XLA's semantics).
+template <class C> __device__ __forceinline__ C p_shra(C a, C b) {
+  typedef typename ST<C>::t S; S sa = (S)a;
+  return ((typename UT<C>::t)b >= sizeof(C) * 8) ? (C)(sa < 0 ? S(-1) : S(0)) : (C)(S)(sa >> b);
+}
 template <class C> __device__ __forceinline__ C p_shrl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a >> b); }
 template <class C> __device__ __forceinline__ C p_sign(C a) {
   if constexpr (isf_v<C>) return a != a ? a : (a > 0 ? C(1) : a < 0 ? C(-1) : a);
