@@ -12,6 +12,14 @@
 
 namespace pallas::core {
 
+bool BlockMapping::index_map_reads(const std::vector<bool>& axes, bool prefetch) const {
+  std::vector<bool> taint(index_map->invars.size(), false);
+  for (size_t k = 0; k < taint.size(); ++k) taint[k] = k < axes.size() ? axes[k] : prefetch;
+  for (bool b : ir::outvars_depending_on(*index_map, taint))
+    if (b) return true;
+  return false;
+}
+
 bool GridMapping::any_sequential() const {
   for (auto s : semantics)
     if (s == DimensionSemantics::Sequential) return true;
@@ -31,25 +39,17 @@ void resolve_semantics(GridMapping& g, const std::vector<DimensionSemantics>& de
     return;
   }
   g.semantics.assign(rank, DimensionSemantics::Parallel);
-  size_t np = g.prefetch.size();
   for (const BlockMapping& o : g.outputs) {
-    const ir::Jaxpr& im = *o.index_map;
-    std::vector<bool> data(rank + np, false);
-    for (size_t q = 0; q < np; ++q) data[rank + q] = true;
-    std::vector<bool> reads = ir::outvars_depending_on(im, data);
-    for (size_t d = 0; d < reads.size(); ++d)
-      if (reads[d])
-        throw Error(what + ": the index map of " + o.what + " reads scalar-prefetch data, so two programs may write the "
-                    "same block of it and the grid cannot be checked for races; declare dimension_semantics "
-                    "(pl::sequential for the axes along which its blocks may repeat, pl::parallel for the others), or "
-                    "write that output with atomics");
+    if (o.index_map_reads(std::vector<bool>(rank, false), /*prefetch=*/true))
+      throw Error(what + ": the index map of " + o.what + " reads scalar-prefetch data, so two programs may write the "
+                  "same block of it and the grid cannot be checked for races; declare dimension_semantics "
+                  "(pl::sequential for the axes along which its blocks may repeat, pl::parallel for the others), or "
+                  "write that output with atomics");
     for (size_t a = 0; a < rank; ++a) {
       if (g.grid[a] == 1 || g.semantics[a] == DimensionSemantics::Sequential) continue;
-      std::vector<bool> axis(rank + np, false);
+      std::vector<bool> axis(rank, false);
       axis[a] = true;
-      std::vector<bool> dep = ir::outvars_depending_on(im, axis);
-      bool moves = false;
-      for (bool b : dep) moves = moves || b;
+      bool moves = o.index_map_reads(axis, false);
       if (!moves) g.semantics[a] = DimensionSemantics::Sequential;
     }
   }

@@ -25,6 +25,9 @@ struct BlockMapping {
   Shape ref_shape() const;  // the kernel's view: block_shape without the squeezed dims
   // Element offset of the block with these block indices.
   bool index_map_is_constant_zero() const;
+  // Whether the block index depends on any grid axis with axes[a] set, or (with prefetch) on
+  // scalar-prefetch data: a conservative taint over the index map (src/ir/dependence.cc).
+  bool index_map_reads(const std::vector<bool>& axes, bool prefetch) const;
 };
 
 struct GridMapping {

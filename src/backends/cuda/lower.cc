@@ -281,15 +281,12 @@ Lowered lower(const core::PallasCall& call) {
     }
     if (a >= np + nin) {  // an output: may programs on parallel axes share its blocks?
       size_t rank_g = gm.grid.size();
-      std::vector<bool> data(rank_g + np, false);
-      for (size_t q = 0; q < np; ++q) data[rank_g + q] = true;
-      for (bool b : ir::outvars_depending_on(im, data)) r.shared_by_parallel_programs |= b;
+      r.shared_by_parallel_programs = bm.index_map_reads(std::vector<bool>(rank_g, false), /*prefetch=*/true);
       for (size_t g = 0; g < rank_g; ++g) {
         if (gm.sequential(g) || gm.grid[g] == 1) continue;
-        std::vector<bool> axis(rank_g + np, false);
+        std::vector<bool> axis(rank_g, false);
         axis[g] = true;
-        bool moves = false;
-        for (bool b : ir::outvars_depending_on(im, axis)) moves |= b;
+        bool moves = bm.index_map_reads(axis, false);
         if (!moves) r.shared_by_parallel_programs = true;
       }
     }
@@ -312,11 +309,9 @@ Lowered lower(const core::PallasCall& call) {
     size_t budget = 48 * 1024;
     for (size_t o = 0; o < nout; ++o) {
       const core::BlockMapping& bm = gm.outputs[o];
-      std::vector<bool> moving(gm.grid.size() + np, false);
-      for (size_t d = 0; d < gm.grid.size(); ++d) moving[d] = gm.sequential(d);
-      for (size_t q = 0; q < np; ++q) moving[gm.grid.size() + q] = true;
-      bool still = true;
-      for (bool b : ir::outvars_depending_on(*bm.index_map, moving)) still = still && !b;
+      std::vector<bool> seq(gm.grid.size(), false);
+      for (size_t d = 0; d < gm.grid.size(); ++d) seq[d] = gm.sequential(d);
+      bool still = !bm.index_map_reads(seq, /*prefetch=*/true);
       size_t bytes = static_cast<size_t>(shape_size(bm.block_shape)) * itemsize(bm.array.dtype);
       if (!still || soff + bytes > budget) continue;
       std::vector<std::string> saved = pid;
