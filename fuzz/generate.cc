@@ -144,6 +144,7 @@ struct RefState {
   double tol = 0;          // else their tolerance
   std::vector<int> ignored_axes;  // Revisit: the grid axes the index map ignores
   bool revisit_init_done = false;
+  std::string shared_fn;  // SharedAtomic: the one op every program applies (ops of two kinds do not commute)
 };
 
 struct GenFailure : std::runtime_error {
@@ -1830,15 +1831,17 @@ class Gen : public Builder {
     return true;
   }
 
-  // Atomics from every program into one shared aliased output: commutative ops only, the
-  // old values are not used (their order differs between backends).
+  // Atomics from every program into one shared aliased output: one commutative op per output
+  // (min after add from another program differs from add after min), the old values are not
+  // used (their order differs between backends).
   bool gen_shared_atomic(int r) {
     pl::Shape vs = view(r);
     DType t = rdtype(r);
     std::vector<std::string> ops = {"add", "add"};
     if (t != DType::F16) ops.insert(ops.end(), {"max", "min"});
     if (pl::is_integer(t)) ops.insert(ops.end(), {"and", "or", "xor"});
-    std::string fn = pick(ops);
+    if (rs(r).shared_fn.empty()) rs(r).shared_fn = pick(ops);
+    std::string fn = rs(r).shared_fn;
     Op op;
     op.k = K::Atomic;
     op.fn = fn;

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unistd.h>
 
@@ -43,7 +44,8 @@ bool read_file(const std::string& p, std::string* out) {
 void write_file(const std::string& p, const std::string& data) {
   std::error_code ec;
   fs::create_directories(fs::path(p).parent_path(), ec);
-  std::string tmp = p + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(std::hash<std::string>{}(data) & 0xffff);
+  // unique per process and thread: two threads compiling the same kernel write one file each
+  std::string tmp = p + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) & 0xffffff);
   {
     std::ofstream f(tmp, std::ios::binary);
     if (!f) return;
@@ -202,10 +204,12 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     if (!no_disk) write_file(disk, c->cubin);
   }
   std::lock_guard<std::mutex> g(mu);
-  mem[key] = c;
-  entry.compiled = c;
+  // Another thread may have compiled the same kernel meanwhile: keep the first, so every
+  // caller shares one Compiled (and one loaded module).
+  auto [it, inserted] = mem.emplace(key, c);
+  entry.compiled = it->second;
   by_identity[id_key] = entry;
-  return c;
+  return it->second;
 }
 
 }  // namespace pallas::cuda

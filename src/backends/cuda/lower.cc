@@ -190,7 +190,7 @@ Lowered lower(const core::PallasCall& call) {
   // Parameters.
   std::string params;
   for (size_t a = 0; a < np + nin + nout; ++a) params += "char* __restrict__ p" + std::to_string(a) + ", ";
-  params += "int* __restrict__ perr, int poison_on";
+  params += "int* __restrict__ perr, unsigned long long* __restrict__ plog, int poison_on";
   std::vector<std::string> G(gm.grid.size());
   int nd = 0;
   for (size_t d = 0; d < gm.grid.size(); ++d) {
@@ -409,9 +409,10 @@ Lowered lower(const core::PallasCall& call) {
   L.smem_bytes = E.xoff + E.xbytes;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
+  L.print_sites = E.print_sites;
   std::ostringstream src;
   src << prelude() << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
-      << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)poison_on;\n"
+      << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
       << E.body.str() << "}\n";
   L.source = src.str();
   return L;

@@ -33,6 +33,16 @@ struct RefInfo {
   bool shared_by_parallel_programs = false;
 };
 
+// One debug_print of the kernel: its format and the avals of its values. On the GPU each
+// print appends a record to a log in device memory: [site, program's linear id, then one
+// 64-bit print slot per element (src/core/print_format.h)]; the runner formats the records
+// after the kernel, in program order, as the interpreter prints.
+struct PrintSite {
+  std::string fmt;
+  std::vector<ir::Aval> values;
+  int64_t slots() const;  // record size, header included
+};
+
 struct Lowered {
   std::string name;    // kernel symbol
   std::string source;  // complete CUDA C++ translation unit
@@ -40,6 +50,7 @@ struct Lowered {
   size_t smem_bytes = 0;
   bool has_check = false;
   std::vector<std::string> check_messages;
+  std::vector<PrintSite> print_sites;
 };
 
 class Emitter {
@@ -55,6 +66,7 @@ class Emitter {
   size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
   size_t xbytes = 0;  // its size: the most any single exchange needs
   std::vector<std::string> check_messages;
+  std::vector<PrintSite> print_sites;
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
 
   void line(const std::string& s);

@@ -45,6 +45,27 @@ template <> __device__ __forceinline__ bf16 cv<bf16, double>(double x) { return 
 template <class To, class From> __device__ __forceinline__ To conv(From x) {
   if constexpr (same_v<To, bool>) return ld(x) != 0; else return cv<To>(ld(x));
 }
+// nextafter in storage format S (16-bit floats step in their own format, not float's).
+template <class S, class C> __device__ __forceinline__ C p_nextafter(C a, C b) {
+  if constexpr (same_v<S, f16> || same_v<S, bf16>) {
+    if (a != a || b != b) return (C)__int_as_float(0x7fc00000);
+    if (a == b) return b;
+    u16 bits = cv<S>(a).b;
+    if (a == 0) bits = b > 0 ? 1 : 0x8001;
+    else if ((a < b) == (a > 0)) ++bits;
+    else --bits;
+    return (C)tof(S{bits});
+  } else {
+    return nextafter(a, b);
+  }
+}
+// debug_print's 64-bit print slot of one element (src/core/print_format.h).
+template <class T> __device__ __forceinline__ unsigned long long p_slot(T x) {
+  if constexpr (same_v<T, bool>) return x ? 1ull : 0ull;
+  else if constexpr (isf_v<typename CT<T>::t>) return (unsigned long long)__double_as_longlong((double)ld(x));
+  else if constexpr (T(-1) < T(0)) return (unsigned long long)(long long)x;
+  else return (unsigned long long)x;
+}
 template <class T> __device__ __forceinline__ T poison() {
   if constexpr (same_v<T, float>) return __int_as_float(0x7fc00000);
   else if constexpr (same_v<T, double>) return __longlong_as_double(0x7ff8000000000000ll);

@@ -92,12 +92,6 @@ void cond(Emitter& E, const ir::Eqn& e) {
   E.line("}");
 }
 
-std::string printf_spec(DType t) { return is_float(t) ? "%g" : t == DType::U64 ? "%llu" : "%lld"; }
-std::string printf_arg(const std::string& v, DType t) {
-  if (is_float(t)) return "(double)ld(" + v + ")";
-  return t == DType::U64 ? "(unsigned long long)" + v : "(long long)" + v;
-}
-
 }  // namespace
 
 void register_control_rules(ir::RuleTable<LowerRule>& t) {
@@ -113,81 +107,46 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
     E.line(E.name(e.out[0]) + " = " + E.names.at(-2000 - e.params.get_int("axis")) + ";");
   });
   t.set(PrimId::debug_print, [](Emitter& E, const ir::Eqn& e) {
-    // The interpreter's format (docs/design.md, src/backends/interpret/rules_control.cc):
-    // "[program (i, j)] " then fmt with each {} replaced by a scalar's value, or by a tile's
-    // "dtype[d0,d1] [[a b] [c d]]" in row-major order. Tiles are gathered to shared memory;
-    // thread 0 prints, piece by piece (programs running at once may interleave lines).
-    std::string fmt = e.params.get<std::string>("fmt");
+    // Appends one record to the print log (lower.h, PrintSite): tiles are gathered to shared
+    // memory, then thread 0 reserves the record with one atomic and writes it. The runner
+    // prints the records in program order with the interpreter's formatter, so both
+    // backends print the same text and programs never interleave.
+    PrintSite site{e.params.get<std::string>("fmt"), {}};
+    for (auto& x : e.in) site.values.push_back(ir::atom_aval(x));
+    int64_t id = static_cast<int64_t>(E.print_sites.size());
+    int64_t R = site.slots();
+    E.print_sites.push_back(site);
     std::vector<std::string> tiles(e.in.size());
     size_t off = 0;
     for (size_t k = 0; k < e.in.size(); ++k) {
-      ir::Aval a = ir::atom_aval(e.in[k]);
-      if (a.shape.empty()) continue;
+      if (site.values[k].shape.empty()) continue;
       tiles[k] = E.put_shared(e.in[k], off);
-      off = E.reserve(off, a);
+      off = E.reserve(off, site.values[k]);
     }
     if (off) E.sync();
-    auto quote = [](const std::string& text) {
-      std::string q;
-      for (char c : text) {
-        if (c == '%') q += "%%";
-        else if (c == '"' || c == '\\') q += std::string("\\") + c;
-        else if (c == '\n') q += "\\n";
-        else q += c;
-      }
-      return q;
-    };
-    auto value = [](const std::string& v, DType t) {
-      if (t == DType::Bool) return "printf(\"%s\", (" + v + ") ? \"True\" : \"False\");";
-      return "printf(\"" + printf_spec(t) + "\", " + printf_arg(v, t) + ");";
-    };
-    E.line("if (threadIdx.x == 0) {");
+    E.line("if (threadIdx.x == 0 && plog) {");
     ++E.depth;
-    std::string pid = "printf(\"[program (", args;
-    size_t rank = 0;
-    while (E.names.count(-1000 - static_cast<int64_t>(rank))) ++rank;
-    for (size_t d = 0; d < rank; ++d) {
-      pid += std::string(d ? ", " : "") + "%lld";
-      args += ", (long long)" + E.names.at(-1000 - static_cast<int64_t>(d));
-    }
-    E.line(pid + (rank == 1 ? ",)] \"" : ")] \"") + args + ");");
-    std::string text;
-    size_t arg = 0;
-    for (size_t k = 0; k < fmt.size(); ++k) {
-      if (!(fmt[k] == '{' && k + 1 < fmt.size() && fmt[k + 1] == '}' && arg < e.in.size())) {
-        text += fmt[k];
-        continue;
-      }
-      if (!text.empty()) E.line("printf(\"" + quote(text) + "\");"), text.clear();
-      ir::Aval a = ir::atom_aval(e.in[arg]);
+    std::string o = E.fresh("po");
+    E.line("unsigned long long " + o + " = atomicAdd(plog, " + std::to_string(R) + "ull);");
+    E.line("if (" + o + " + " + std::to_string(R) + "ull <= plog[1]) {");
+    ++E.depth;
+    std::string r = E.fresh("pr");
+    E.line("unsigned long long* " + r + " = plog + 2 + " + o + ";");
+    E.line(r + "[0] = " + std::to_string(id) + "ull; " + r + "[1] = (unsigned long long)lin;");
+    int64_t at = 2;
+    for (size_t k = 0; k < e.in.size(); ++k) {
+      const ir::Aval& a = site.values[k];
       if (a.shape.empty()) {
-        E.line(value(E.name(e.in[arg]), a.dtype));
+        E.line(r + "[" + std::to_string(at++) + "] = p_slot(" + E.name(e.in[k]) + ");");
       } else {
-        std::string head = std::string(dtype_name(a.dtype)) + "[";
-        for (size_t d = 0; d < a.shape.size(); ++d) head += (d ? "," : "") + std::to_string(a.shape[d]);
-        E.line("printf(\"" + head + "] \");");
         int64_t n = shape_size(a.shape);
-        if (n == 0) {
-          E.line("printf(\"" + std::string(a.shape.size(), '[') + std::string(a.shape.size(), ']') + "\");");
-        } else {
-          // strides[d]: elements in one index step of dim d and below; a bracket opens where the
-          // flat index is a multiple of it and closes where the next one is
-          std::vector<int64_t> st(a.shape.size());
-          int64_t acc = 1;
-          for (size_t d = a.shape.size(); d-- > 0;) acc *= a.shape[d], st[d] = acc;
-          E.line("for (long long i = 0; i < " + std::to_string(n) + "ll; ++i) {");
-          ++E.depth;
-          E.line("if (i) printf(\" \");");
-          for (size_t d = 0; d < st.size(); ++d) E.line("if (i % " + std::to_string(st[d]) + "ll == 0) printf(\"[\");");
-          E.line(value(tiles[arg] + "[i]", a.dtype));
-          for (size_t d = st.size(); d-- > 0;) E.line("if ((i + 1) % " + std::to_string(st[d]) + "ll == 0) printf(\"]\");");
-          --E.depth;
-          E.line("}");
-        }
+        E.line("for (long long i = 0; i < " + std::to_string(n) + "ll; ++i) " + r + "[" + std::to_string(at) + " + i] = p_slot(" +
+               tiles[k] + "[i]);");
+        at += n;
       }
-      ++arg, ++k;
     }
-    E.line("printf(\"" + quote(text) + "\\n\");");
+    --E.depth;
+    E.line("}");
     --E.depth;
     E.line("}");
     if (off) E.sync();  // the exchange region is free again
@@ -207,6 +166,12 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
     E.line("if (__syncthreads_or(" + bad + ") && threadIdx.x == 0) { if (atomicMin(perr, (int)lin) > (int)lin) perr[1] = " +
            std::to_string(id) + "; }");
   });
+}
+
+int64_t PrintSite::slots() const {
+  int64_t n = 2;
+  for (auto& a : values) n += shape_size(a.shape);
+  return n;
 }
 
 ir::RuleTable<LowerRule>& lowering_rules() {

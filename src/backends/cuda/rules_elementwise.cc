@@ -68,9 +68,15 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
            {PrimId::atan, "atan"}, {PrimId::sinh, "sinh"}, {PrimId::cosh, "cosh"}, {PrimId::tanh, "tanh"},
            {PrimId::asinh, "asinh"}, {PrimId::acosh, "acosh"}, {PrimId::atanh, "atanh"},
            {PrimId::logistic, "p_logistic"}, {PrimId::erf, "erf"}, {PrimId::erf_inv, "p_erfinv"},
-           {PrimId::is_finite, "p_isfinite"}, {PrimId::pow, "pow"}, {PrimId::atan2, "atan2"},
-           {PrimId::nextafter, "nextafter"}})
+           {PrimId::is_finite, "p_isfinite"}, {PrimId::pow, "pow"}, {PrimId::atan2, "atan2"}})
     t.set(id, float_only(fn));
+  t.set(PrimId::nextafter, [](Emitter& E, const ir::Eqn& e) {  // steps in the storage format
+    DType st = ir::atom_aval(e.in[0]).dtype;
+    if (!is_float(st)) E.fail(e, "takes floating-point operands");
+    elementwise(E, e, [&](const std::vector<std::string>& a, const std::string& C) {
+      return "p_nextafter<" + ctype(st) + ", " + C + ">((" + C + ")" + a[0] + ", (" + C + ")" + a[1] + ")";
+    });
+  });
   t.set(PrimId::not_, callC("p_not"));
   t.set(PrimId::population_count, callC("p_popc"));
   t.set(PrimId::clz, callC("p_clz"));

@@ -1,6 +1,9 @@
 // The CUDA BackendRunner: compile (cached), load the module, move inputs to the device,
 // allocate outputs (aliases copied from their inputs), launch one CUDA block per program.
+#include <algorithm>
 #include <climits>
+#include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -11,6 +14,7 @@
 #include "src/backends/cuda/compile.h"
 #include "src/backends/cuda/driver.h"
 #include "src/core/backend_registry.h"
+#include "src/core/print_format.h"
 #include "src/ir/dependence.h"
 #include "src/runtime/buffer.h"
 
@@ -20,6 +24,8 @@ namespace {
 
 struct Loaded {
   CUfunction fn = nullptr;
+  // Keeps the Compiled alive, so its address (the key) is never reused by another kernel.
+  std::shared_ptr<const Compiled> keep;
 };
 
 CUfunction load(const std::shared_ptr<const Compiled>& c, const std::string& what) {
@@ -39,7 +45,7 @@ CUfunction load(const std::shared_ptr<const Compiled>& c, const std::string& wha
     throw Error(what + ": the kernel needs " + std::to_string(smem) + " bytes of shared memory (scratch + exchanges) but the device allows " +
                 std::to_string(d.max_smem_optin) + "; use smaller blocks");
   if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, 8, static_cast<int>(smem)), what + ": raising the shared-memory limit");
-  loaded[c.get()] = {f};
+  loaded[c.get()] = {f, c};
   return f;
 }
 
@@ -118,6 +124,47 @@ void launch_fast(const Compiled& c, CUfunction f, const std::vector<Array>& ins,
   }
 }
 
+// Prints debug_print's records after the kernel: in program order (the order of the
+// interpreter), a program's own prints in the order it made them.
+void print_log(const std::vector<PrintSite>& sites, CUdeviceptr plog, uint64_t capacity,
+               const std::function<std::vector<int64_t>(int64_t)>& program_id, const std::string& what) {
+  const Driver& d = driver();
+  uint64_t used = 0;
+  check(d.cuMemcpyDtoH(&used, plog, sizeof used), what + ": reading the print log");
+  uint64_t n = std::min(used, capacity);
+  std::vector<uint64_t> slots(n);
+  if (n) check(d.cuMemcpyDtoH(slots.data(), plog + 16, n * 8), what + ": reading the print log");
+  struct Line {
+    int64_t program;
+    std::string text;
+  };
+  std::vector<Line> lines;
+  for (uint64_t at = 0; at + 2 <= n;) {
+    uint64_t id = slots[at];
+    if (id >= sites.size()) break;
+    const PrintSite& s = sites[id];
+    uint64_t r = static_cast<uint64_t>(s.slots());
+    if (at + r > n) break;
+    std::vector<std::string> vals;
+    uint64_t v = at + 2;
+    for (auto& a : s.values) {
+      vals.push_back(core::format_print_value(a.dtype, a.shape, slots.data() + v));
+      v += static_cast<uint64_t>(shape_size(a.shape));
+    }
+    int64_t lin = static_cast<int64_t>(slots[at + 1]);
+    lines.push_back({lin, "[program " + core::program_id_text(program_id(lin)) + "] " + core::fill_print_format(s.fmt, vals)});
+    at += r;
+  }
+  std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) { return a.program < b.program; });
+  static std::mutex mu;  // lines of calls from several threads do not interleave
+  std::lock_guard<std::mutex> g(mu);
+  for (auto& l : lines) std::printf("%s\n", l.text.c_str());
+  if (used > capacity)
+    std::printf("[%s: debug_print output truncated: the kernel printed more than %llu values]\n", what.c_str(),
+                static_cast<unsigned long long>(capacity));
+  std::fflush(stdout);
+}
+
 struct CudaRunner final : core::BackendRunner {
   bool available() const override { return !std::getenv("PALLAS_NO_CUDA") && driver().ok; }
   std::string why_unavailable() const override {
@@ -188,9 +235,20 @@ struct CudaRunner final : core::BackendRunner {
       perr = reinterpret_cast<CUdeviceptr>(err.raw_data());
       check(d.cuMemsetD32(perr, 0x7fffffff, 2), call.what + ": check flag");
     }
+    // debug_print's log: [used slots, capacity, records...] (lower.h, PrintSite).
+    Array log;
+    CUdeviceptr plog = 0;
+    constexpr uint64_t kLogSlots = uint64_t{1} << 21;  // 16 MiB
+    if (!c->lowered.print_sites.empty()) {
+      log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(0));
+      plog = reinterpret_cast<CUdeviceptr>(log.raw_data());
+      uint64_t head[2] = {0, kLogSlots};
+      check(d.cuMemcpyHtoD(plog, head, sizeof head), call.what + ": print log");
+    }
     std::vector<void*> kp;
     for (auto& p : ptrs) kp.push_back(&p);
     kp.push_back(&perr);
+    kp.push_back(&plog);
     int poison_flag = poison ? 1 : 0;
     kp.push_back(&poison_flag);
     for (auto& x : dyn) kp.push_back(&x);
@@ -199,18 +257,21 @@ struct CudaRunner final : core::BackendRunner {
     check(d.cuLaunchKernel(f, gx, gy, 1, static_cast<unsigned>(c->lowered.threads), 1, 1,
                            static_cast<unsigned>(c->lowered.smem_bytes), nullptr, kp.data(), nullptr),
           call.what + ": launching " + c->lowered.name);
+    auto program_id = [&](int64_t lin) {
+      std::vector<int64_t> pid(gm.grid.size());
+      for (size_t a = pid.size(), dk = dyn.size(); a-- > 0;) {
+        int64_t g = gm.grid[a] < 0 ? dyn[--dk] : gm.grid[a];
+        pid[a] = lin % g;
+        lin /= g;
+      }
+      return pid;
+    };
+    if (plog) print_log(c->lowered.print_sites, plog, kLogSlots, program_id, call.what);
     if (c->lowered.has_check) {
       auto e = err.to_host().to_vector<int32_t>();
       if (e[0] != 0x7fffffff) {
         std::string m = e[1] >= 0 && e[1] < static_cast<int>(c->lowered.check_messages.size()) ? c->lowered.check_messages[static_cast<size_t>(e[1])] : "";
-        std::vector<int64_t> pid(gm.grid.size());
-        int64_t rest = e[0];
-        for (size_t a = pid.size(), dk = dyn.size(); a-- > 0;) {
-          int64_t g = gm.grid[a] < 0 ? dyn[--dk] : gm.grid[a];
-          pid[a] = rest % g;
-          rest /= g;
-        }
-        throw Error(call.what + ": a check failed in program " + core::program_id_text(pid) + ": " + m);
+        throw Error(call.what + ": a check failed in program " + core::program_id_text(program_id(e[0])) + ": " + m);
       }
     }
     return outs;

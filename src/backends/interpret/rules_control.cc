@@ -4,6 +4,7 @@
 
 #include "src/backends/interpret/interpreter.h"
 #include "src/backends/interpret/value.h"
+#include "src/core/print_format.h"
 
 namespace pallas::interp {
 using ir::PrimId;
@@ -140,70 +141,14 @@ void num_programs_rule(const Instr& ins, Val* env, Ctx& ctx) {
   env[ins.out[0]] = v;
 }
 
-// debug_print's format, shared with the CUDA backend (docs/design.md): a scalar (rank 0)
-// prints as its value; a tile as its type and shape, a space, then its elements in row-major
-// order in nested brackets, separated by single spaces: "f32[2,3] [[1 2 3] [4 5 6]]".
-// Floats print as printf's %g of the value as a double (16-bit floats through f32), integers
-// in decimal, bools as True / False. Programs print in row-major order of the grid.
+// debug_print's text is shared with the CUDA backend (src/core/print_format.h).
 std::string format_value(const Val& v) {
   int64_t n = v.size();
-  std::vector<double> d(static_cast<size_t>(n));
-  convert_elements(v.dtype, v.data, DType::F64, d.data(), n);
-  std::string os;
-  char buf[64];
-  auto one = [&](int64_t i) {
-    double x = d[static_cast<size_t>(i)];
-    if (is_float(v.dtype)) std::snprintf(buf, sizeof buf, "%g", x);
-    else if (v.dtype == DType::Bool) std::snprintf(buf, sizeof buf, "%s", x != 0 ? "True" : "False");
-    else if (v.dtype == DType::U64) std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(static_cast<const uint64_t*>(v.data)[i]));
-    else if (v.dtype == DType::I64) std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(static_cast<const int64_t*>(v.data)[i]));
-    else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(x));
-    os += buf;
-  };
-  if (v.shape.n == 0) {
-    one(0);
-    return os;
-  }
-  os += dtype_name(v.dtype);
-  os += "[";
-  for (int k = 0; k < v.shape.n; ++k) os += (k ? "," : "") + std::to_string(v.shape[k]);
-  os += "] ";
-  int rank = v.shape.n;
-  int64_t idx[kMaxRank] = {};
-  for (int k = 0; k < rank; ++k) os += "[";
-  if (n == 0) {
-    for (int k = 0; k < rank; ++k) os += "]";
-    return os;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    one(i);
-    int closed = 0;  // innermost dims that end here
-    for (int k = rank - 1; k >= 0; --k) {
-      if (++idx[k] < v.shape[k]) break;
-      idx[k] = 0;
-      ++closed;
-    }
-    for (int k = 0; k < closed; ++k) os += "]";
-    if (i + 1 < n) {
-      os += " ";
-      for (int k = 0; k < closed; ++k) os += "[";
-    }
-  }
-  return os;
-}
-
-std::string fill_format(const std::string& fmt, const std::vector<std::string>& vals) {
-  std::string out;
-  size_t k = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] == '{' && i + 1 < fmt.size() && fmt[i + 1] == '}' && k < vals.size()) {
-      out += vals[k++];
-      ++i;
-    } else {
-      out += fmt[i];
-    }
-  }
-  return out;
+  std::vector<uint64_t> slots(static_cast<size_t>(n));
+  size_t w = itemsize(v.dtype);
+  for (int64_t i = 0; i < n; ++i) slots[static_cast<size_t>(i)] = core::print_slot(v.dtype, static_cast<const char*>(v.data) + i * w);
+  Shape shape(v.shape.d, v.shape.d + v.shape.n);
+  return core::format_print_value(v.dtype, shape, slots.data());
 }
 
 std::string pid_str(const Ctx& ctx) {
@@ -215,7 +160,7 @@ std::string pid_str(const Ctx& ctx) {
 void debug_print_rule(const Instr& ins, Val* env, Ctx& ctx) {
   std::vector<std::string> vals;
   for (int s : ins.in) vals.push_back(format_value(env[s]));
-  std::string line = "[program " + pid_str(ctx) + "] " + fill_format(ins.eqn->params.get<std::string>("fmt"), vals);
+  std::string line = "[program " + pid_str(ctx) + "] " + core::fill_print_format(ins.eqn->params.get<std::string>("fmt"), vals);
   std::lock_guard<std::mutex> g(ctx.call->print_mutex);
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
@@ -233,7 +178,7 @@ void check_rule(const Instr& ins, Val* env, Ctx& ctx) {
   std::vector<int64_t> pid(ctx.program_ids, ctx.program_ids + ctx.grid_rank);
   int64_t linear = 0;
   for (int k = 0; k < ctx.grid_rank; ++k) linear = linear * ctx.grid[k] + ctx.program_ids[k];
-  ctx.call->record_failure(linear, pid, fill_format(ins.eqn->params.get<std::string>("fmt"), vals));
+  ctx.call->record_failure(linear, pid, core::fill_print_format(ins.eqn->params.get<std::string>("fmt"), vals));
 }
 
 }  // namespace
