@@ -356,3 +356,52 @@ TEST(CudaLowering, MaskedSwapAndNoOutputs) {
                            {.grid = {2}, .in_specs = {row(100)}, .name = "noout", .backend = b});
   }, {x});
 }
+
+// Reductions over trailing axes in each case of the shuffle lowering (rules_shape.cc,
+// reduce_rows): rows longer than a repeat of the layout, rows of a few threads, rows of
+// several warps, an odd number of warps, 64-bit and integer types, and the general path.
+TEST(CudaLowering, RowReductionsInEveryLayout) {
+  struct Case {
+    pl::Shape block;
+    pl::DType t;
+    int warps;
+  };
+  const Case cases[] = {{{8, 4096}, pl::f32, 4}, {{8, 512}, pl::f32, 4},  {{16, 64}, pl::f32, 4}, {{32, 8}, pl::f32, 4},
+                        {{4, 2048}, pl::bf16, 8}, {{6, 256}, pl::f32, 3}, {{8, 128}, pl::f64, 4}, {{8, 1024}, pl::i32, 2},
+                        {{8, 100}, pl::f32, 4},   {{2, 4, 64}, pl::f32, 4}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << pl::dtype_name(c.t) << " block " << c.block[0] << "x" << c.block[1] << " warps " << c.warps);
+    pl::Shape arr = c.block;
+    arr[0] *= 2;
+    pl::Array x = pl::random::normal(arr, pl::f32, 11).astype(c.t);
+    if (c.t == pl::i32) x = pl::random::randint(arr, pl::i32, 12, -1000, 1000);
+    size_t rank = c.block.size();
+    int last = static_cast<int>(rank) - 1;
+    auto spec = pl::BlockSpec(c.block, [rank](pl::Value i) {
+      std::vector<pl::Value> ix{i};
+      for (size_t d = 1; d < rank; ++d) ix.push_back(pl::Value(int64_t{0}));
+      return ix;
+    });
+    pl::Shape kept(c.block.begin(), c.block.end() - 1);
+    kept.push_back(1);
+    pl::Shape out_arr = arr;
+    out_arr.back() = 1;
+    auto out_spec = pl::BlockSpec(kept, [rank](pl::Value i) {
+      std::vector<pl::Value> ix{i};
+      for (size_t d = 1; d < rank; ++d) ix.push_back(pl::Value(int64_t{0}));
+      return ix;
+    });
+    check([&](pl::Backend b) {
+      return pl::pallas_call(
+          [last](pl::Ref x, pl::Ref s, pl::Ref m, pl::Ref n) {
+            pl::Value v = x[pl::all];
+            s[pl::all] = pl::sum(v, last, true);
+            m[pl::all] = pl::max(v, last, true);
+            n[pl::all] = pl::min(v, last, true);
+          },
+          std::vector<pl::ShapeDtype>{pl::ShapeDtype(out_arr, c.t), pl::ShapeDtype(out_arr, c.t), pl::ShapeDtype(out_arr, c.t)},
+          {.grid = {2}, .in_specs = {spec}, .out_specs = {out_spec, out_spec, out_spec}, .compiler_params = {.num_warps = c.warps},
+           .backend = b});
+    }, {x}, c.t == pl::bf16 ? 1e-2 : 1e-5);
+  }
+}

@@ -96,9 +96,22 @@ void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
     return;
   }
   int64_t K = per_thread(s);
+  std::string V = std::to_string(vec), S = std::to_string(int64_t{nt} * vec);
+  std::string e = vec == 1 ? "threadIdx.x + k * " + S : "(k / " + V + ") * " + S + " + threadIdx.x * " + V + " + k % " + V;
   line("#pragma unroll");
-  line("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = threadIdx.x + k * " + std::to_string(nt) + ";" +
-       (n % nt ? " if (e < " + std::to_string(n) + ") {" : " {"));
+  line("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = " + e + ";" +
+       (n % (int64_t{nt} * vec) ? " if (e < " + std::to_string(n) + ") {" : " {"));
+  ++depth;
+  f();
+  --depth;
+  line("}}");
+}
+
+void Emitter::foreach_run(const Shape& s, const std::function<void()>& f) {
+  int64_t n = shape_size(s), S = int64_t{nt} * vec;
+  line("#pragma unroll");
+  line("for (int g = 0; g < " + std::to_string((n + S - 1) / S) + "; ++g) { const int e = g * " + std::to_string(S) + " + threadIdx.x * " +
+       std::to_string(vec) + ", k0 = g * " + std::to_string(vec) + "; (void)k0;" + (n % S ? " if (e < " + std::to_string(n) + ") {" : " {"));
   ++depth;
   f();
   --depth;
@@ -175,6 +188,11 @@ Lowered lower(const core::PallasCall& call) {
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
   E.checks_enabled = call.debug;
+  // The passes before emission: layouts and vector accesses (layout.h).
+  LayoutPlan layout = plan_layout(call, L.threads);
+  E.vec = layout.vec;
+  E.layout = &layout;
+  L.layout_text = layout.text;
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;

@@ -1,9 +1,10 @@
 // IR -> CUDA C++ lowering. One CUDA block runs one grid program with num_warps*32 threads.
-// Layout ("blocked cyclic"): a tile of N elements lives in registers, thread t holding flat
-// (row-major) elements t, t+T, t+2T, ... as `T v[K]`, K = ceil(N/T); consecutive threads hold
-// consecutive elements, so contiguous loads/stores coalesce. Values of one element are
+// Layout (layout.h): a tile of N elements lives in registers as `T v[K]`, thread t holding
+// runs of V consecutive flat (row-major) elements, the threads' runs side by side:
+// slot k holds e = (k / V) * (T * V) + t * V + k % V, K = ceil(N / (T * V)) * V. V is the
+// layout pass's choice for the kernel (1 = plain cyclic). Values of one element are
 // replicated scalars. Ops that move data between threads (broadcast, transpose, reductions,
-// dot, cumsum, gathers) exchange through shared memory.
+// dot, cumsum, gathers) exchange through shared memory; row reductions shuffle in warps.
 #pragma once
 #include <functional>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "src/backends/cuda/layout.h"
 #include "src/core/pallas_call.h"
 #include "src/ir/primitive.h"
 
@@ -51,12 +53,15 @@ struct Lowered {
   bool has_check = false;
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
+  std::string layout_text;  // the layout pass's plan (PALLAS_DUMP_PASSES, golden tests)
 };
 
 class Emitter {
  public:
   explicit Emitter(int threads, std::string what) : nt(threads), what(std::move(what)) {}
   int nt;
+  int vec = 1;                        // V, from the layout pass
+  const LayoutPlan* layout = nullptr;  // the layout pass's decisions
   int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
   std::ostringstream body;
@@ -75,13 +80,16 @@ class Emitter {
   // Names and element expressions.
   std::string name(const ir::Atom& a) const;
   static bool scalar_like(const ir::Aval& a) { return a.size() == 1; }
-  int64_t per_thread(const Shape& s) const { return (shape_size(s) + nt - 1) / nt; }
+  int64_t per_thread(const Shape& s) const { return (shape_size(s) + int64_t{nt} * vec - 1) / (int64_t{nt} * vec) * vec; }
   std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
   std::string lit(const ir::Literal& l) const;
   void declare(const ir::Var& v);  // fresh C variable for v
   // Emits `for each element this thread holds of a tile of shape s` with k (slot) and e (flat
   // index) in scope; for one-element shapes the body runs once with k = 0, e = 0.
   void foreach(const Shape& s, const std::function<void()>& f);
+  // Emits `for each run of V elements this thread holds` (N a multiple of V) with e (flat
+  // index of the run's first element) and k0 (its first slot) in scope.
+  void foreach_run(const Shape& s, const std::function<void()>& f);
   // Multi-index of flat index `e` in shape s: emits int declarations, returns their names.
   std::vector<std::string> unravel(const std::string& e, const Shape& s);
   // Exchange: writes the atom's tile to shared memory at byte offset off (from the exchange

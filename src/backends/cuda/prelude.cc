@@ -66,6 +66,8 @@ template <class T> __device__ __forceinline__ unsigned long long p_slot(T x) {
   else if constexpr (T(-1) < T(0)) return (unsigned long long)(long long)x;
   else return (unsigned long long)x;
 }
+// W elements moved by one vector access (the layout pass makes sure the address is aligned).
+template <class T, int W> struct alignas(sizeof(T) * W) Vec { T v[W]; };
 template <class T> __device__ __forceinline__ T poison() {
   if constexpr (same_v<T, float>) return __int_as_float(0x7fc00000);
   else if constexpr (same_v<T, double>) return __longlong_as_double(0x7ff8000000000000ll);

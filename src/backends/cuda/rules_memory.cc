@@ -128,6 +128,23 @@ std::string address(Emitter& E, const Plan& p, std::string* ok) {
   return p.ref.base + "[" + off + "]";
 }
 
+// The layout pass's vector width for this access (1: element by element).
+int vector_width(const Emitter& E, const ir::Eqn& e) {
+  const LayoutPlan::Access* a = E.layout ? E.layout->find(e) : nullptr;
+  return a ? a->width : 1;
+}
+
+// A vectorised access: each run of V elements of this thread is contiguous, aligned and in
+// or out of the array as a whole (layout.h), so the run's first element decides for all;
+// the run moves in pieces of W elements. f(piece, address, ok) emits one piece.
+void foreach_vector_piece(Emitter& E, const Plan& p, int W, const std::function<void(int, const std::string&, const std::string&)>& f) {
+  E.foreach_run(p.out_shape, [&] {
+    std::string ok;
+    std::string addr = address(E, p, &ok);
+    for (int q = 0; q < E.vec / W; ++q) f(q, "(&" + addr + " + " + std::to_string(q * W) + ")", ok);
+  });
+}
+
 void load(Emitter& E, const ir::Eqn& e) {
   const ir::Var& o = e.out[0];
   Plan p = plan(E, e, o.aval.shape);
@@ -136,6 +153,21 @@ void load(Emitter& E, const ir::Eqn& e) {
   const ir::Atom* other = e.params.get_bool("has_other") ? &e.in[k++] : nullptr;
   std::string T = ctype(o.aval.dtype);
   E.declare(o);
+  if (int W = vector_width(E, e); W > 1) {
+    std::string VT = "Vec<" + T + ", " + std::to_string(W) + ">";
+    foreach_vector_piece(E, p, W, [&](int q, const std::string& ptr, const std::string& ok) {
+      std::string w = E.fresh("w");
+      E.line(VT + " " + w + ";");
+      E.line("if (" + ok + ") " + w + " = *(const " + VT + "*)" + ptr + "; else for (int i = 0; i < " + std::to_string(W) + "; ++i) " + w +
+             ".v[i] = poison<" + T + ">();");
+      for (int i = 0; i < W; ++i) E.line(E.name(o) + "[k0 + " + std::to_string(q * W + i) + "] = " + w + ".v[" + std::to_string(i) + "];");
+    });
+    if (mask)  // masked-off lanes take `other` (or poison); the run was inside the array
+      E.foreach(o.aval.shape, [&] {
+        E.line("if (!" + E.elem(*mask, "k") + ") " + E.elem(o, "k") + " = " + (other ? E.elem(*other, "k") : "poison<" + T + ">()") + ";");
+      });
+    return;
+  }
   E.foreach(o.aval.shape, [&] {
     std::string ok;
     std::string addr = address(E, p, &ok);
@@ -164,6 +196,20 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
       E.line(E.elem(e.out[0], "k") + " = " + v + ";");
     });
     E.sync();
+  }
+  if (int W = vector_width(E, e); W > 1 && !returns_old && !mask) {
+    std::string VT = "Vec<" + T + ", " + std::to_string(W) + ">";
+    foreach_vector_piece(E, p, W, [&](int q, const std::string& ptr, const std::string& ok) {
+      std::string w = E.fresh("w");
+      E.line(VT + " " + w + ";");
+      for (int i = 0; i < W; ++i) {
+        std::string k = "k0 + " + std::to_string(q * W + i);
+        E.line(w + ".v[" + std::to_string(i) + "] = " + E.elem(val, k) + ";");
+      }
+      E.line("if (" + ok + ") *(" + VT + "*)" + ptr + " = " + w + ";");
+    });
+    E.sync();
+    return;
   }
   E.foreach(shape, [&] {
     std::string ok;

@@ -32,6 +32,102 @@ std::string combine(PrimId id, const std::string& T, const std::string& a, const
   }
 }
 
+bool shuffles(const std::string& T) { return T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64"; }
+
+// Reduction over the trailing axes (rows of L elements, R rows) without a serial loop per
+// output: each thread combines the elements it holds of a row, the threads of a row combine
+// by warp shuffles, and only partials of different warps meet in shared memory. Two cases of
+// the blocked layout (S = threads * V elements per repeat):
+//  - long rows, L % S == 0: a row is L / S whole repeats, so the row of a slot is known at
+//    compile time; every thread holds a part of every row (partials pa[R]);
+//  - short rows, S % L == 0 and L % V == 0: a run of V lies in one row, and a row is LT = L / V
+//    consecutive threads; the thread's rows are one per repeat (partials pg[G]).
+// Other shapes take the general path through shared memory.
+bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
+  PrimId id = e.prim->id;
+  const ir::Var& o = e.out[0];
+  ir::Aval in = ir::atom_aval(e.in[0]);
+  std::string T = compute_type(in.dtype);
+  if (!shuffles(T) || E.nt % 32) return false;
+  size_t q = 0;
+  while (q < red.size() && !red[q]) ++q;
+  for (size_t d = q; d < red.size(); ++d)
+    if (!red[d]) return false;  // not the trailing axes
+  int64_t L = 1, R = 1;
+  for (size_t d = 0; d < in.shape.size(); ++d) (red[d] ? L : R) *= in.shape[d];
+  int64_t V = E.vec, S = int64_t{E.nt} * V, W = E.nt / 32;
+  bool long_rows = L % S == 0, short_rows = S % L == 0 && L % V == 0;
+  if (!long_rows && !short_rows) return false;
+  std::string x = E.name(e.in[0]), init = init_value(id, in.dtype);
+  auto shfl = [&](const std::string& v, int64_t lanes) {  // combine over aligned groups of `lanes` lanes
+    if (lanes > 1)
+      E.line("for (int o_ = " + std::to_string(lanes / 2) + "; o_ > 0; o_ >>= 1) " + v + " = " + combine(id, T, v, "__shfl_xor_sync(0xffffffffu, " + v + ", o_)") + ";");
+  };
+  std::string xs = E.fresh("xs");
+  int64_t parts;  // partials per row in shared memory
+  if (long_rows) {
+    // slot k is in row (k / V) / (L / S); all slots of the thread are valid (N % S == 0)
+    std::string pa = E.fresh("pa");
+    E.line(T + " " + pa + "[" + std::to_string(R) + "];");
+    E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) " + pa + "[r] = " + init + ";");
+    E.line("#pragma unroll");
+    E.line("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) " + pa + "[(k / " + std::to_string(V) + ") / " +
+           std::to_string(L / S) + "] = " + combine(id, T, pa + "[(k / " + std::to_string(V) + ") / " + std::to_string(L / S) + "]", "ld(" + x + "[k])") + ";");
+    parts = W;
+    E.reserve(0, ir::Aval::array({R * parts}, DType::F64));
+    E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+    E.line("#pragma unroll");
+    E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) {");
+    ++E.depth;
+    shfl(pa + "[r]", 32);
+    E.line("if ((threadIdx.x & 31) == 0) " + xs + "[r * " + std::to_string(W) + " + (threadIdx.x >> 5)] = " + pa + "[r];");
+    --E.depth;
+    E.line("}");
+  } else {
+    // run g of this thread (flat e = g * S + t * V) is in row g * (S / L) + t / LT
+    int64_t LT = L / V, G = E.per_thread(in.shape) / V, N = in.size();
+    if (LT & (LT - 1)) return false;  // xor shuffles pair lanes within aligned powers of two
+    std::string pg = E.fresh("pg");
+    E.line(T + " " + pg + "[" + std::to_string(G) + "];");
+    E.line("#pragma unroll");
+    E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
+    ++E.depth;
+    E.line(pg + "[g] = " + init + ";");
+    E.line("if (g * " + std::to_string(S) + " + threadIdx.x * " + std::to_string(V) + " < " + std::to_string(N) + ")");
+    E.line("  for (int i = 0; i < " + std::to_string(V) + "; ++i) " + pg + "[g] = " +
+           combine(id, T, pg + "[g]", "ld(" + x + "[g * " + std::to_string(V) + " + i])") + ";");
+    shfl(pg + "[g]", std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
+    --E.depth;
+    E.line("}");
+    parts = LT > 32 ? LT / 32 : 1;
+    E.reserve(0, ir::Aval::array({R * parts}, DType::F64));
+    E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+    E.line("#pragma unroll");
+    E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
+    ++E.depth;
+    std::string row = "(g * " + std::to_string(S / L) + " + (int)threadIdx.x / " + std::to_string(LT) + ")";
+    if (LT > 32)
+      E.line("if ((threadIdx.x & 31) == 0 && " + row + " < " + std::to_string(R) + ") " + xs + "[" + row + " * " + std::to_string(parts) +
+             " + ((int)threadIdx.x >> 5) % " + std::to_string(parts) + "] = " + pg + "[g];");
+    else
+      E.line("if ((int)threadIdx.x % " + std::to_string(LT) + " == 0 && " + row + " < " + std::to_string(R) + ") " + xs + "[" + row + "] = " + pg + "[g];");
+    --E.depth;
+    E.line("}");
+  }
+  E.sync();
+  auto finish = [&](const std::string& dst, const std::string& r) {
+    std::string acc = E.fresh("acc");
+    E.line(T + " " + acc + " = " + xs + "[" + r + " * " + std::to_string(parts) + "];");
+    if (parts > 1)
+      E.line("for (int j = 1; j < " + std::to_string(parts) + "; ++j) " + acc + " = " + combine(id, T, acc, xs + "[" + r + " * " + std::to_string(parts) + " + j]") + ";");
+    E.line(dst + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
+  };
+  if (Emitter::scalar_like(o.aval)) finish(E.name(o), "0");
+  else E.foreach(o.aval.shape, [&] { finish(E.elem(o, "k"), "e"); });
+  E.sync();
+  return true;
+}
+
 void reduce(Emitter& E, const ir::Eqn& e) {
   PrimId id = e.prim->id;
   const ir::Var& o = e.out[0];
@@ -68,6 +164,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   auto axes = e.params.get<std::vector<int64_t>>("axes");
   std::vector<bool> red(in.shape.size(), false);
   for (auto a : axes) red[static_cast<size_t>(a < 0 ? a + in.ndim() : a)] = true;
+  if (reduce_rows(E, e, red)) return;
   E.reserve(0, in);
   std::string xs = E.put_shared(e.in[0], 0);
   E.sync();

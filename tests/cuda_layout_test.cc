@@ -1,0 +1,103 @@
+// Golden tests of the CUDA backend's layout pass (src/backends/cuda/layout.h): the plan it
+// prints for a kernel, i.e. the vector width it picks and why each access is or is not
+// vectorised. No GPU needed; the kernels' results on the GPU are checked by the GPU half of
+// the suite and by CudaLowering.RowReductionsInEveryLayout.
+#include <gtest/gtest.h>
+
+#include <pallas/pallas.h>
+
+#include "src/core/pallas_call.h"
+#ifdef PALLAS_TEST_HAVE_CUDA
+#include "src/backends/cuda/layout.h"
+
+namespace pl = pallas;
+
+namespace {
+
+std::string plan_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, int threads = 128) {
+  call.trace(args);
+  return pallas::cuda::plan_layout(call.state()->get_traced(), threads).text;
+}
+
+pl::BlockSpec rows(int64_t r, int64_t c) { return pl::BlockSpec({r, c}, [](pl::Value i) { return pl::idx(i, 0); }); }
+
+TEST(CudaLayout, ElementwiseF32MovesSixteenBytes) {
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) {
+                                pl::Value a = x[pl::all], b = y[pl::all];
+                                o[pl::all] = a * b;
+                              }, pl::ShapeDtype({4096}, pl::f32),
+                              {.grid = {4}, .in_specs = {pl::BlockSpec({1024}, [](pl::Value i) { return pl::idx(i); }),
+                                                         pl::BlockSpec({1024}, [](pl::Value i) { return pl::idx(i); })},
+                               .out_specs = {pl::BlockSpec({1024}, [](pl::Value i) { return pl::idx(i); })}});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({4096}, pl::f32), pl::ShapeDtype({4096}, pl::f32)}),
+            "layout: blocked, runs of 4 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 f32[1024]: vector 4 x f32 (16 B)\n"
+            "  #1 load input 1 f32[1024]: vector 4 x f32 (16 B)\n"
+            "  #2 store output 0 f32[1024]: vector 4 x f32 (16 B)\n");
+}
+
+// bf16 in and out, f32 inside: runs of 8 so that the bf16 accesses are 16 bytes.
+TEST(CudaLayout, Bf16RowsTakeRunsOfEight) {
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::Value v = x[pl::all].astype(pl::f32);
+        o[pl::all] = (v * pl::rsqrt(pl::sum(v * v, {1}, true) / 4096.f + 1e-6f)).astype(pl::bf16);
+      },
+      pl::ShapeDtype({64, 4096}, pl::bf16), {.grid = {8}, .in_specs = {rows(8, 4096)}, .out_specs = {rows(8, 4096)}});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({64, 4096}, pl::bf16)}),
+            "layout: blocked, runs of 8 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 bf16[8,4096]: vector 8 x bf16 (16 B)\n"
+            "  #1 store output 0 bf16[8,4096]: vector 8 x bf16 (16 B)\n");
+}
+
+// A row of 1001 elements: runs of 4 would straddle rows and the array's edge; nothing is
+// vectorised, so the plain cyclic layout (runs of 1) is kept.
+TEST(CudaLayout, OddRowsStayScalar) {
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({8, 1001}, pl::f32),
+                              {.grid = {4}, .in_specs = {rows(2, 1001)}, .out_specs = {rows(2, 1001)}});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({8, 1001}, pl::f32)}),
+            "layout: blocked, runs of 1 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 f32[2,1001]: scalar (vector width 1)\n"
+            "  #1 store output 0 f32[2,1001]: scalar (vector width 1)\n");
+}
+
+// Dynamic starts: a product with a multiple of 4 is one, pl::multiple_of says so of a start
+// read from memory, the same start without it is not known to be one.
+TEST(CudaLayout, DivisibilityOfDynamicStarts) {
+  auto call = pl::pallas_call(
+      [](pl::Ref s, pl::Ref x, pl::Ref o) {
+        pl::Value i = pl::program_id(0);
+        pl::Value start = s(i).get();
+        pl::Value a = x[pl::ds(i * 256, 256)];
+        pl::Value b = x[pl::ds(pl::multiple_of(start, {256}), 256)];
+        pl::Value c = x[pl::ds(start, 256)];
+        o[pl::ds(i * 256, 256)] = a + b + c;
+      },
+      pl::ShapeDtype({2048}, pl::f32), {.grid = {4}, .in_specs = {pl::BlockSpec()}, .out_specs = {pl::BlockSpec()}, .num_scalar_prefetch = 1});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({4}, pl::i32), pl::ShapeDtype({2048}, pl::f32)}),
+            "layout: blocked, runs of 4 element(s) per thread, 128 threads\n"
+            "  #0 load prefetch 0 i32[]: scalar (one element)\n"
+            "  #1 load input 1 f32[256]: vector 4 x f32 (16 B)\n"
+            "  #2 load input 1 f32[256]: vector 4 x f32 (16 B)\n"
+            "  #3 load input 1 f32[256]: scalar (the last dimension's start is not a known multiple of 4 (pl::multiple_of))\n"
+            "  #4 store output 0 f32[256]: vector 4 x f32 (16 B)\n");
+}
+
+TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
+  auto call = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::Value col = x(pl::ds(0, 64), 3);
+        pl::Value v = x[pl::all];
+        pl::Value m = pl::iota(pl::i32, {64, 64}, 1) < 10;
+        pl::store(o, {pl::all, pl::all}, v + pl::broadcast_to(pl::reshape(col, {64, 1}), {64, 64}), {.mask = m});
+      },
+      pl::ShapeDtype({64, 64}, pl::f32), {});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({64, 64}, pl::f32)}),
+            "layout: blocked, runs of 4 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 f32[64]: scalar (the last dimension is indexed)\n"
+            "  #1 load input 0 f32[64,64]: vector 4 x f32 (16 B)\n"
+            "  #2 store output 0 f32[64,64]: scalar (a masked store)\n");
+}
+
+}  // namespace
+#endif
