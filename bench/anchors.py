@@ -50,6 +50,18 @@ def torch_anchors():
     bb = torch.randn(c, device=dev)
     ms = torch_time(lambda: torch.nn.functional.layer_norm(a, (c,), w, bb))
     emit(workload="f32 layer norm 16384x4096", impl="torch", ms=ms, gbps=2 * r * c * 4 / ms / 1e6)
+    xb = torch.randn(r, c, device=dev, dtype=torch.bfloat16)
+    wb = torch.randn(c, device=dev, dtype=torch.bfloat16)
+    ms = torch_time(lambda: torch.nn.functional.rms_norm(xb, (c,), wb, 1e-6))
+    emit(workload="bf16 rms norm 16384x4096", impl="torch", ms=ms, gbps=2 * r * c * 2 / ms / 1e6)
+    del xb
+    n = 1 << 26
+    gx = torch.randn(n, device=dev)
+    gy = torch.randn(n, device=dev)
+    gelu_mul = torch.compile(lambda u, v: torch.nn.functional.gelu(u, approximate="tanh") * v)
+    ms = torch_time(lambda: gelu_mul(gx, gy))
+    emit(workload="f32 gelu(x)*y 2^26", impl="torch.compile", ms=ms, gbps=3 * n * 4 / ms / 1e6)
+    del gx, gy
     for s in (4096, 8192):
         p = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
         q = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
@@ -125,6 +137,23 @@ def triton_anchors():
     o = torch.empty_like(x)
     ms = torch_time(lambda: add[(triton.cdiv(n, 4096),)](x, y, o, n, BLOCK=4096))
     emit(workload="f32 add 2^28", impl="triton", ms=ms, gbps=3 * n * 4 / ms / 1e6)
+    del x, y, o
+
+    @triton.jit
+    def softmax(x, o, C: tl.constexpr):
+        base = tl.program_id(0).to(tl.int64) * C
+        cols = tl.arange(0, C)
+        v = tl.load(x + base + cols)
+        e = tl.exp(v - tl.max(v, 0))
+        tl.store(o + base + cols, e / tl.sum(e, 0))
+
+    r, c = 16384, 4096
+    a = torch.randn(r, c, device="cuda")
+    b = torch.empty_like(a)
+    for w in (4, 8, 16):
+        ms = torch_time(lambda: softmax[(r,)](a, b, C=c, num_warps=w))
+        emit(workload="f32 softmax 16384x4096", impl=f"triton warps{w}", ms=ms, gbps=2 * r * c * 4 / ms / 1e6)
+    del a, b
     t = torch.randn(128, device="cuda")
     import time
     for _ in range(10):

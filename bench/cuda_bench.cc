@@ -112,6 +112,65 @@ int main(int argc, char** argv) {
       std::printf("f32_softmax_16384x4096_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", warps, ms, 2.0 * R * C * 4 / ms / 1e6, err);
     }
   }
+  // Memory-bound kernels as a user writes them from the README and docs/ops.md.
+  {  // bf16 rms norm 16384 x 4096, 8 rows per program, f32 inside
+    int64_t R = 16384, C = 4096, rows = 8;
+    auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
+    auto k = pl::pallas_call(
+        [C](pl::Ref x, pl::Ref w, pl::Ref o) {
+          pl::Value v = x[pl::all].astype(pl::f32);
+          pl::Value inv = pl::rsqrt(pl::sum(v * v, {1}, true) / static_cast<float>(C) + 1e-6f);
+          o[pl::all] = (v * inv * w[pl::all].astype(pl::f32)).astype(pl::bf16);
+        },
+        pl::ShapeDtype({R, C}, pl::bf16),
+        {.grid = {R / rows}, .in_specs = {spec, pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(0, 0); })}, .out_specs = {spec},
+         .name = "rms_norm", .compiler_params = {.num_warps = 8}});
+    auto x = pl::random::normal({R, C}, pl::bf16, 7).to(pl::Device::cuda(0));
+    auto w = pl::random::normal({1, C}, pl::bf16, 8).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x, w); }, 20);
+    auto xv = x.to_vector<float>(), wv = w.to_vector<float>(), ov = out.to_vector<float>();
+    double err = 0;
+    for (int64_t r = 0; r < R; r += 997) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += (double)xv[r * C + c] * xv[r * C + c];
+      double inv = 1 / std::sqrt(ss / C + 1e-6);
+      for (int64_t c = 0; c < C; ++c) err = std::max(err, std::fabs(ov[r * C + c] - xv[r * C + c] * inv * wv[c]) / (1 + std::fabs(ov[r * C + c])));
+    }
+    std::printf("bf16_rms_norm_16384x4096_8rows,%.4f,GB/s,%.1f,relerr=%g\n", ms, 2.0 * R * C * 2 / ms / 1e6, err);
+  }
+  {  // f32 layer norm 16384 x 4096, one row per program
+    int64_t R = 16384, C = 4096;
+    auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
+    auto k = pl::pallas_call(
+        [C](pl::Ref x, pl::Ref o) {
+          pl::Value v = x[pl::all];
+          pl::Value mu = pl::sum(v, {1}, true) / static_cast<float>(C);
+          pl::Value d = v - mu;
+          o[pl::all] = d * pl::rsqrt(pl::sum(d * d, {1}, true) / static_cast<float>(C) + 1e-5f);
+        },
+        pl::ShapeDtype({R, C}, pl::f32), {.grid = {R}, .in_specs = {spec}, .out_specs = {spec}, .name = "layer_norm", .compiler_params = {.num_warps = 8}});
+    auto x = pl::random::normal({R, C}, pl::f32, 9).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x); }, 20);
+    std::printf("f32_layer_norm_16384x4096,%.4f,GB/s,%.1f\n", ms, 2.0 * R * C * 4 / ms / 1e6);
+  }
+  {  // f32 gelu(x) * y over 2^26 elements (tanh form)
+    int64_t n = int64_t{1} << 26, bs = 4096;
+    auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
+    auto k = pl::pallas_call(
+        [](pl::Ref x, pl::Ref y, pl::Ref o) {
+          pl::Value v = x[pl::all];
+          pl::Value g = 0.5f * v * (1.f + pl::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
+          o[pl::all] = g * y[pl::all];
+        },
+        pl::ShapeDtype({n}, pl::f32), {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "gelu_mul", .compiler_params = {.num_warps = 8}});
+    auto x = pl::random::normal({n}, pl::f32, 10).to(pl::Device::cuda(0));
+    auto y = pl::random::normal({n}, pl::f32, 11).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x, y); }, 20);
+    std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
+  }
   if (argc > 1 && std::string(argv[1]) == "matmul") {  // bf16 matmul, SIMT dot path
     for (int64_t n : {1024, 2048}) {
       int64_t bm = 64, bk = 32;
