@@ -4,7 +4,8 @@
 
 namespace pallas::cuda {
 void register_elementwise_rules(ir::RuleTable<LowerRule>& t);
-void register_shape_rules(ir::RuleTable<LowerRule>& t);   // shape, reduce, dot
+void register_shape_rules(ir::RuleTable<LowerRule>& t);   // shape, reduce
+void register_dot_rules(ir::RuleTable<LowerRule>& t);     // dot: tensor cores (mma.sync) or SIMT
 void register_memory_rules(ir::RuleTable<LowerRule>& t);
 void register_control_rules(ir::RuleTable<LowerRule>& t);  // loops, cond, grid queries, print, check
 }  // namespace pallas::cuda

@@ -179,6 +179,7 @@ ir::RuleTable<LowerRule>& lowering_rules() {
     auto* r = new ir::RuleTable<LowerRule>("CUDA lowering");
     register_elementwise_rules(*r);
     register_shape_rules(*r);
+    register_dot_rules(*r);
     register_memory_rules(*r);
     register_control_rules(*r);
     return r;

@@ -1,5 +1,5 @@
 // Lowering rules that move data between threads: iota, broadcast, reshape, transpose,
-// reductions, cumsum, argmax/argmin and dot. Data crosses threads through the shared
+// reductions, cumsum, argmax/argmin (dot: rules_dot.cc). Data crosses threads through the shared
 // memory exchange region; reshape/squeeze keep the row-major order and so are free.
 #include "src/backends/cuda/rules.h"
 
@@ -298,36 +298,6 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
       std::string s = std::to_string(st[static_cast<size_t>(ax)]);
       E.line("{ " + T + " acc = 0; for (int r = 0; r <= " + oi[static_cast<size_t>(ax)] + "; ++r) acc = p_add<" + T + ">(acc, ld(" + xs +
              "[e - (" + oi[static_cast<size_t>(ax)] + " - r) * " + s + "]));");
-      E.line("  " + E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(acc); }");
-    });
-    E.sync();
-  });
-  // dot: operands through shared memory; each thread computes the outputs it holds.
-  // (SIMT: the tensor-core path is not built yet, see docs/design.md.)
-  t.set(PrimId::dot, [](Emitter& E, const ir::Eqn& e) {
-    ir::Aval a = ir::atom_aval(e.in[0]), b = ir::atom_aval(e.in[1]);
-    const ir::Var& o = e.out[0];
-    bool ta = e.params.get_bool("trans_a"), tb = e.params.get_bool("trans_b");
-    int64_t K = ta ? a.shape[0] : a.shape[1];
-    int64_t N = o.aval.shape[1];
-    int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
-    DType t = a.dtype;
-    std::string acc_t = t == DType::F64 ? "double" : is_float(t) ? "float" : (itemsize(t) <= 4 ? "i32" : "i64");
-    bool tf32 = t == DType::F32 && prec != 2;
-    E.declare(o);
-    size_t off = E.reserve(0, a);
-    E.reserve(off, b);
-    std::string xa = E.put_shared(e.in[0], 0), xb = E.put_shared(e.in[1], off);
-    E.sync();
-    std::string as_ = ta ? "kk * " + std::to_string(a.shape[1]) + " + i" : "i * " + std::to_string(K) + " + kk";
-    std::string bs_ = tb ? "j * " + std::to_string(K) + " + kk" : "kk * " + std::to_string(N) + " + j";
-    E.foreach(o.aval.shape, [&] {
-      E.line("{ const int i = e / " + std::to_string(N) + ", j = e % " + std::to_string(N) + "; " + acc_t + " acc = 0;");
-      std::string va = "(" + acc_t + ")ld(" + xa + "[" + as_ + "])", vb = "(" + acc_t + ")ld(" + xb + "[" + bs_ + "])";
-      if (tf32) va = "tf32(" + va + ")", vb = "tf32(" + vb + ")";
-      // the K loop stays rolled: unrolled inside the unrolled loop over this thread's
-      // elements, NVRTC took minutes for 128x128 tiles (found by the fuzzer, docs/fuzzing.md)
-      E.line("  _Pragma(\"unroll 1\") for (int kk = 0; kk < " + std::to_string(K) + "; ++kk) acc = p_add<" + acc_t + ">(acc, p_mul<" + acc_t + ">(" + va + ", " + vb + "));");
       E.line("  " + E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(acc); }");
     });
     E.sync();
