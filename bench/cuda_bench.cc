@@ -42,7 +42,7 @@ static double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int main(int argc, char** argv) {
+int main() {
   if (!pl::cuda_available()) {
     std::printf("no GPU: %s\n", "CUDA backend unavailable");
     return 1;
@@ -171,27 +171,43 @@ int main(int argc, char** argv) {
     double ms = median_ms([&] { out = k(x, y); }, 20);
     std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
   }
-  if (argc > 1 && std::string(argv[1]) == "matmul") {  // bf16 matmul, SIMT dot path
-    for (int64_t n : {1024, 2048}) {
-      int64_t bm = 64, bk = 32;
+  {  // bf16 matmul with a bias + relu epilogue, written as a user writes it (a K loop of pl::dot)
+    for (int64_t n : {2048, 4096}) {
+      int64_t bm = 128, bn = 128, bk = 64;
       auto k = pl::pallas_call(
-          [n, bm, bk](pl::Ref a, pl::Ref b, pl::Ref o) {
-            pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bm}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+          [n, bm, bn, bk](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o) {
+            pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
               return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
             });
-            o[pl::all] = acc.astype(pl::bf16);
+            o[pl::all] = pl::maximum(acc + bias[pl::all].astype(pl::f32), 0.f).astype(pl::bf16);
           },
           pl::ShapeDtype({n, n}, pl::bf16),
-          {.grid = {n / bm, n / bm},
+          {.grid = {n / bm, n / bn},
            .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
-                        pl::BlockSpec({n, bm}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
-           .out_specs = {pl::BlockSpec({bm, bm}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-           .name = "matmul", .compiler_params = {.num_warps = 8}});
+                        pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
+                        pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+           .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+           .name = "matmul_bias_relu", .compiler_params = {.num_warps = 8}});
       auto a = pl::random::normal({n, n}, pl::bf16, 4).to(pl::Device::cuda(0));
       auto b = pl::random::normal({n, n}, pl::bf16, 5).to(pl::Device::cuda(0));
+      auto bias = pl::random::normal({1, n}, pl::bf16, 6).to(pl::Device::cuda(0));
       pl::Array out;
-      double ms = median_ms([&] { out = k(a, b); }, 5);
-      std::printf("bf16_matmul_%lld^3_simt,%.4f,TFLOP/s,%.2f\n", (long long)n, ms, 2.0 * n * n * n / ms / 1e9);
+      double t0 = now_ms();
+      out = k(a, b, bias);
+      auto first = out.to_vector<float>();
+      double first_ms = now_ms() - t0;
+      double ms = median_ms([&] { out = k(a, b, bias); }, 5);
+      auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = bias.to_vector<float>(), ov = out.to_vector<float>();
+      double err = 0;
+      for (int64_t i = 0; i < n; i += 509)
+        for (int64_t j = 0; j < n; j += 263) {
+          double s = 0;
+          for (int64_t q = 0; q < n; ++q) s += (double)av[i * n + q] * bv[q * n + j];
+          double want = std::max(0.0, s + cv[j]);
+          err = std::max(err, std::fabs(ov[i * n + j] - want) / (1 + std::fabs(want)));
+        }
+      std::printf("bf16_matmul_bias_relu_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err,
+                  first_ms);
     }
   }
   return 0;
