@@ -50,3 +50,82 @@ TEST(FuzzRegression, Seed13Kernel252MatmulEpilogueCompilesQuickly) {
                                 fuzz::input(pl::Shape{64, 128}, pl::bf16, 10919488471153287596u, 0)};
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0.1}), "");
 }
+
+// (the vector layout, issue 8: every element NaN on the GPU, 4.07 in the interpreter)
+// pallas_fuzz --seed 20261203 --index 622 (shrunk): mismatch: outputs differ between the backends
+// grid (3,1,1), 1 inputs, 1 outputs, 52 ops
+TEST(FuzzRegression, Seed20261203Kernel622) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::iota(pl::i32, pl::Shape{2, 1}, 0);
+    pl::Value v1 = pl::Value(int64_t{7});
+    pl::Value v2 = pl::mul(v0, v1);
+    pl::Value v3 = pl::Value(int64_t{1});
+    pl::Value v4 = pl::add(v2, v3);
+    pl::Value v5 = pl::Value(int64_t{3});
+    pl::Value v6 = pl::rem(v4, v5);
+    pl::Value v7 = pl::Value(int64_t{3});
+    pl::Value v8 = pl::sub(v6, v7);
+    pl::Value v9 = pl::iota(pl::i32, pl::Shape{1, 3}, 1);
+    pl::Value v10 = pl::Value(int64_t{1});
+    pl::Value v11 = pl::mul(v9, v10);
+    pl::Value v12 = pl::Value(int64_t{1});
+    pl::Value v13 = pl::add(v11, v12);
+    pl::Value v14 = pl::Value(int64_t{5});
+    pl::Value v15 = pl::rem(v13, v14);
+    pl::Value v16 = pl::load(r[0], {v15, pl::all, v8});
+    pl::Value v17 = pl::max(v16, pl::Axes(), false);
+    pl::Value v20 = pl::Value(int64_t{0});
+    pl::Value v21 = pl::program_id(1);
+    pl::Value v22 = pl::eq(v21, v20);
+    pl::Value v23 = pl::broadcast_to(v17, pl::Shape{100});
+    pl::Value v24 = v23.astype(pl::f16);
+    pl::when(v22, [&] {
+      pl::store(r[1], {pl::all}, v24);
+    });
+    pl::Value v26 = pl::Value(int64_t{1});
+    pl::Value v27 = pl::mul(v21, v26);
+    pl::Value v28 = pl::Value(int64_t{1});
+    pl::Value v29 = pl::add(v27, v28);
+    pl::Value v30 = pl::Value(int64_t{4});
+    pl::Value v31 = pl::rem(v29, v30);
+    pl::Value v42 = pl::Value::constant(-3.25, pl::f16);
+    pl::Value v44 = pl::Value(int64_t{1});
+    pl::Value v45 = pl::program_id(0);
+    pl::Value v46 = pl::lt(v45, v44);
+    std::vector<pl::Value> r47 = pl::cond(v46,
+      [&](const std::vector<pl::Value>& a46_0) -> std::vector<pl::Value> {
+        pl::Value v63 = a46_0[0];
+        return std::vector<pl::Value>{v22};
+      },
+      [&](const std::vector<pl::Value>& a46_1) -> std::vector<pl::Value> {
+        pl::Value v48 = a46_1[0];
+        pl::Value v49 = pl::iota(pl::i32, pl::Shape{2}, 0);
+        pl::Value v50 = pl::Value(int64_t{4});
+        pl::Value v51 = pl::mul(v49, v50);
+        pl::Value v52 = pl::Value(int64_t{3});
+        pl::Value v53 = pl::add(v51, v52);
+        pl::Value v54 = pl::Value(int64_t{3});
+        pl::Value v55 = pl::rem(v53, v54);
+        pl::Value v56 = pl::Value(int64_t{3});
+        pl::Value v57 = pl::sub(v55, v56);
+        pl::Value v58 = pl::max(v57, pl::Axes(), false);
+        pl::Value v59 = pl::broadcast_to(v58, pl::Shape{2, 78});
+        pl::Value v60 = v59.astype(pl::i64);
+        pl::Value v80 = pl::full(pl::Shape{2, 78}, 1, pl::i64).value_();
+        return std::vector<pl::Value>{v46};
+      },
+      std::vector<pl::Value>{v31});
+    pl::Value v47 = r47[0];
+    pl::Value v77 = pl::broadcast_to(v42, pl::Shape{100});
+    pl::Value v78 = pl::load(r[1], {pl::all});
+    pl::Value v79 = pl::add(v78, v77);
+  };
+  pl::CallOptions opts{.grid = {3, 1, 1},
+                       .in_specs = {pl::BlockSpec({5, 16, 3}, [](pl::Value i, pl::Value j, pl::Value k) { return pl::idx(0, i, i); })},
+                       .out_specs = {pl::BlockSpec({100}, [](pl::Value i, pl::Value j, pl::Value k) { return pl::idx(i); })},
+                       .name = "fuzz_20261203_622",
+                       .compiler_params = {.num_warps = 8}};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{288}, pl::f16)};
+  std::vector<pl::Array> ins = {fuzz::input(pl::Shape{5, 48, 9}, pl::f64, 11309015269970083446u)};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
+}

@@ -1,6 +1,7 @@
 #include "src/backends/cuda/layout.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 namespace pallas::cuda {
@@ -208,6 +209,13 @@ LayoutPlan plan_layout(const core::PallasCall& call, int threads) {
       if (a.width > 1) score += static_cast<double>(s.value.size()) * std::min<double>(16, a.width * itemsize(s.value.dtype));
     }
     if (score > 0 && score >= best) best = score, plan.vec = V;
+  }
+  // PALLAS_CUDA_VECTOR_WIDTH=n forces V (1: the plain cyclic layout, no vector accesses), to
+  // tell a layout bug from any other when a kernel misbehaves.
+  if (const char* force = std::getenv("PALLAS_CUDA_VECTOR_WIDTH"); force && *force) {
+    int v = std::atoi(force);
+    if (v < 1 || v > 16 || (v & (v - 1))) throw Error("PALLAS_CUDA_VECTOR_WIDTH must be 1, 2, 4, 8 or 16 (got '" + std::string(force) + "')");
+    plan.vec = v;
   }
   std::string t = "layout: blocked, runs of " + std::to_string(plan.vec) + " element(s) per thread, " + std::to_string(threads) + " threads\n";
   for (size_t i = 0; i < P.sites.size(); ++i) {
