@@ -51,7 +51,11 @@ TEST(FuzzRegression, Seed13Kernel252MatmulEpilogueCompilesQuickly) {
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0.1}), "");
 }
 
-// (the vector layout, issue 8: every element NaN on the GPU, 4.07 in the interpreter)
+// Every element NaN on the GPU, 4.07 in the interpreter: a gather load read its index arrays
+// from the shared exchange region without a barrier after, and with runs of 4 elements per
+// thread only warp 0 had elements, so the other warps ran ahead into the next reduction and
+// overwrote the index arrays with their partials. Loads now end with a barrier when they used
+// the region, as every other op that reads it does.
 // pallas_fuzz --seed 20261203 --index 622 (shrunk): mismatch: outputs differ between the backends
 // grid (3,1,1), 1 inputs, 1 outputs, 52 ops
 TEST(FuzzRegression, Seed20261203Kernel622) {

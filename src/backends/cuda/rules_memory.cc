@@ -16,6 +16,7 @@ struct Plan {
   size_t after_dyn = 0;
   std::vector<std::string> arr_shared;  // per dim: shared copy of an index array ("" if local/none)
   bool has_array = false;  // integer-array (gather/scatter) indices
+  bool shared_indices = false;  // some index array went through the exchange region
   int arr_axis0 = 0, arr_rank = 0;
   Shape arr_shape;
   std::vector<int> axis;  // per ref dim: output axis for slices
@@ -61,6 +62,7 @@ Plan plan(Emitter& E, const ir::Eqn& e, const Shape& out_shape) {
     }
   }
   if (xo) E.sync();
+  p.shared_indices = xo > 0;
   return p;
 }
 
@@ -175,6 +177,9 @@ void load(Emitter& E, const ir::Eqn& e) {
     if (mask) v = "(" + E.elem(*mask, "k") + " ? " + v + " : " + (other ? E.elem(*other, "k") : "poison<" + T + ">()") + ")";
     E.line(E.elem(o, "k") + " = " + v + ";");
   });
+  // The exchange region is read until here: the next op that writes it must wait (a warp with
+  // no elements would otherwise run ahead and overwrite the index arrays; found by the fuzzer).
+  if (p.shared_indices) E.sync();
 }
 
 void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
