@@ -2,9 +2,11 @@
 // are read in place). Then:
 //  - tensor cores (mma.sync, sm_80 and later): bf16 and f16 (m16n8k16, f32 accumulate), f32
 //    rounded to tf32 as the interpreter rounds it (m16n8k8), i8 (m16n8k32, i32 accumulate,
-//    exact). Each warp takes output tiles of 16 rows x 8*NS columns in turn, accumulates them
-//    in MMA fragments over K, and writes them to a shared f32/i32 tile, which the blocked
-//    layout reads back. Shapes that do not fill an MMA tile are padded with zeros.
+//    exact). The operands are written to shared tiles with K contiguous and a padded row
+//    stride (mma_tiles), so each fragment register is one 32-bit load without bank conflicts.
+//    Each warp takes output tiles of 16 rows x 8*NS columns in turn, accumulates them in MMA
+//    fragments over K, and writes them to a shared f32/i32 tile, which the blocked layout
+//    reads back. Shapes that do not fill an MMA tile are padded with zeros.
 //  - SIMT otherwise (f64, other integers, Precision::Highest f32): each thread computes the
 //    output elements it holds with a rolled K loop.
 // Not built yet (issue 8): wgmma, ldmatrix and swizzled operands, accumulators that stay in
@@ -66,51 +68,97 @@ void dot_simt(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, bool tf3
   });
 }
 
-void dot_mma(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, size_t c_off) {
+// Shared operand tiles for the tensor cores: A as [M][KS], B as [N][KS] (K contiguous for
+// both, whatever the transposes), so every fragment register is one aligned 32-bit load; the
+// row stride KS is padded so that the 8 rows a fragment load touches fall in different banks,
+// and the columns K..KP (KP: K rounded up to the instruction's k) hold zeros.
+struct MmaTiles {
+  int64_t KS = 0, KP = 0;
+  size_t a_off = 0, b_off = 0, c_off = 0, end = 0;
+};
+
+MmaTiles mma_tiles(const DotShape& d, DType t, const MmaKind& m) {
+  MmaTiles g;
+  int64_t item = static_cast<int64_t>(itemsize(t));
+  g.KP = (d.K + m.k - 1) / m.k * m.k;
+  int64_t words = (g.KP * item + 3) / 4;
+  words = (words + 3) / 4 * 4;
+  if ((words / 4) % 2 == 0) words += 4;  // row stride = an odd multiple of 4 words
+  g.KS = words * 4 / item;
+  auto align = [](size_t x) { return (x + 15) & ~size_t{15}; };
+  g.a_off = 0;
+  g.b_off = align(static_cast<size_t>(d.M * g.KS * item));
+  g.c_off = align(g.b_off + static_cast<size_t>(d.N * g.KS * item));
+  g.end = align(g.c_off + static_cast<size_t>(d.M * d.N * 4));
+  return g;
+}
+
+// Writes operand `x` (a tile of shape rows x cols as the program holds it) into a [R][KS] tile:
+// element (r, c) of the operand goes to row r, column c, or transposed.
+void put_operand(Emitter& E, const ir::Atom& x, const std::string& dst, int64_t KS, bool k_major_rows, DType t) {
+  ir::Aval av = ir::atom_aval(x);
+  int64_t cols = av.shape[1];
+  std::string v = E.elem(x, "k");
+  if (t == DType::F32) v = "tf32(" + v + ")";  // rounded once here, as the interpreter rounds
+  E.foreach(av.shape, [&] {
+    std::string r = "(e / " + std::to_string(cols) + ")", c = "(e % " + std::to_string(cols) + ")";
+    std::string at = k_major_rows ? r + " * " + std::to_string(KS) + " + " + c : c + " * " + std::to_string(KS) + " + " + r;
+    E.line(dst + "[" + at + "] = " + v + ";");
+  });
+}
+
+void dot_mma(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m) {
   const ir::Var& o = e.out[0];
   int W = E.nt / 32;
+  MmaTiles g = mma_tiles(d, t, m);
+  E.reserve(0, ir::Aval::array({static_cast<int64_t>(g.end)}, DType::U8));
   int64_t TM = (d.M + 15) / 16;
   int64_t NS = std::min<int64_t>(4, (d.N + 7) / 8);  // n8 sub-tiles per warp tile
   int64_t TN = (d.N + 8 * NS - 1) / (8 * NS);
-  int64_t KP = (d.K + m.k - 1) / m.k * m.k;
-  std::string T = ctype(t), M = std::to_string(d.M), N = std::to_string(d.N), K = std::to_string(d.K);
-  std::string xc = E.fresh("xc");
-  E.line(std::string(m.acc) + "* " + xc + " = (" + m.acc + "*)(smem + " + std::to_string(E.xoff + c_off) + ");");
+  std::string T = ctype(t), M = std::to_string(d.M), N = std::to_string(d.N), KS = std::to_string(g.KS);
+  std::string xa = E.fresh("xa"), xb = E.fresh("xb"), xc = E.fresh("xc");
+  auto ptr = [&](const std::string& n, const std::string& type, size_t off) {
+    E.line(type + "* " + n + " = (" + type + "*)(smem + " + std::to_string(E.xoff + off) + ");");
+  };
+  ptr(xa, T, g.a_off);
+  ptr(xb, T, g.b_off);
+  ptr(xc, m.acc, g.c_off);
+  // A (M x K, or K x M when transposed) to rows of K; B (K x N, or N x K) to rows of K
+  put_operand(E, e.in[0], xa, g.KS, !d.ta, t);
+  put_operand(E, e.in[1], xb, g.KS, d.tb, t);
+  if (g.KP > d.K) {  // zero columns K..KP of every row of both tiles
+    std::string pad = std::to_string(g.KP - d.K);
+    E.line("for (int z = threadIdx.x; z < " + std::to_string((d.M + d.N) * (g.KP - d.K)) + "; z += " + std::to_string(E.nt) + ") {");
+    E.line("  const int row = z / " + pad + ", col = " + std::to_string(d.K) + " + z % " + pad + ";");
+    E.line("  if (row < " + M + ") " + xa + "[row * " + KS + " + col] = " + T + "{}; else " + xb + "[(row - " + M + ") * " + KS + " + col] = " + T + "{};");
+    E.line("}");
+  }
+  E.sync();
   E.line("{");
   ++E.depth;
   E.line("const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;");
-  // one packed operand register: elements (i, k..k+per_reg-1) of A or (k..., j) of B, zero outside
-  auto pack = [&](bool is_a, const std::string& rc, const std::string& k) {
-    std::string s;
-    for (int p = 0; p < m.per_reg; ++p) {
-      std::string kp = "(" + k + " + " + std::to_string(p) + ")";
-      std::string in = "(" + rc + " < " + (is_a ? M : N) + " && " + kp + " < " + K + ")";
-      std::string v = is_a ? d.a(rc, kp) : d.b(kp, rc);
-      std::string bits;
-      if (t == DType::F32) bits = "(" + in + " ? __float_as_uint(tf32(" + v + ")) : 0u)";
-      else if (t == DType::I8) bits = "((u32)(" + in + " ? (u8)" + v + " : (u8)0) << " + std::to_string(8 * p) + ")";
-      else bits = "((u32)(" + in + " ? " + v + ".b : (u16)0) << " + std::to_string(16 * p) + ")";
-      s += (p ? " | " : "") + bits;
-    }
-    return s;
-  };
+  E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
+  std::string ks_words = std::to_string(g.KS * static_cast<int64_t>(itemsize(t)) / 4);
+  int per = m.per_reg, half_words = m.k / 2 / per;  // words between the two k halves of a fragment
   E.line("_Pragma(\"unroll 1\") for (int tile = threadIdx.x >> 5; tile < " + std::to_string(TM * TN) + "; tile += " + std::to_string(W) + ") {");
   ++E.depth;
   E.line("const int m0 = (tile / " + std::to_string(TN) + ") * 16, n0 = (tile % " + std::to_string(TN) + ") * " + std::to_string(8 * NS) + ";");
   E.line(std::string(m.acc) + " c[" + std::to_string(NS) + "][4] = {};");
-  E.line("_Pragma(\"unroll 1\") for (int k0 = 0; k0 < " + std::to_string(KP) + "; k0 += " + std::to_string(m.k) + ") {");
+  E.line("const int ra = m0 + g, rb = m0 + g + 8;");
+  E.line("_Pragma(\"unroll 1\") for (int kw = 0; kw < " + std::to_string(g.KP / per) + "; kw += " + std::to_string(m.k / per) + ") {");
   ++E.depth;
-  // A registers r: row g + 8 (r % 2), k = per_reg * q + (k / 2) (r / 2); B registers r: k = per_reg * q + (k / 2) r, column g
-  int half = m.k / 2;
+  // A register r: row g + 8 (r % 2), words q + half (r / 2); B register r: words q + half r, column g
   E.line("u32 a[4], b[2];");
-  for (int r = 0; r < 4; ++r)
-    E.line("a[" + std::to_string(r) + "] = " + pack(true, "(m0 + g + " + std::to_string(8 * (r % 2)) + ")",
-                                                    "(k0 + " + std::to_string(m.per_reg) + " * q + " + std::to_string(half * (r / 2)) + ")") + ";");
+  E.line("a[0] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q] : 0u;");
+  E.line("a[1] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q] : 0u;");
+  E.line("a[2] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+  E.line("a[3] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
   E.line("#pragma unroll");
   E.line("for (int s = 0; s < " + std::to_string(NS) + "; ++s) {");
   ++E.depth;
-  for (int r = 0; r < 2; ++r)
-    E.line("b[" + std::to_string(r) + "] = " + pack(false, "(n0 + s * 8 + g)", "(k0 + " + std::to_string(m.per_reg) + " * q + " + std::to_string(half * r) + ")") + ";");
+  E.line("const int col = n0 + s * 8 + g;");
+  E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
+  E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
   std::string cr = std::string(m.acc) == "float" ? "f" : "r";
   E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(c[s][0]), \"+" + cr +
          "\"(c[s][1]), \"+" + cr + "\"(c[s][2]), \"+" + cr + "\"(c[s][3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
@@ -146,16 +194,14 @@ void dot(Emitter& E, const ir::Eqn& e) {
   int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
   DType t = a.dtype;
   E.declare(o);
-  size_t off = E.reserve(0, a);
-  size_t c_off = E.reserve(off, b);
-  d.xa = E.put_shared(e.in[0], 0);
-  d.xb = E.put_shared(e.in[1], off);
-  E.sync();
-  const MmaKind* m = E.nt % 32 == 0 ? mma_kind(t, prec == 2) : nullptr;
-  if (m) {
-    E.reserve(c_off, ir::Aval::array({d.M, d.N}, DType::F32));
-    dot_mma(E, e, d, t, *m, c_off);
+  if (const MmaKind* m = E.nt % 32 == 0 ? mma_kind(t, prec == 2) : nullptr) {
+    dot_mma(E, e, d, t, *m);
   } else {
+    size_t off = E.reserve(0, a);
+    E.reserve(off, b);
+    d.xa = E.put_shared(e.in[0], 0);
+    d.xb = E.put_shared(e.in[1], off);
+    E.sync();
     dot_simt(E, e, d, t, t == DType::F32 && prec != 2);
   }
   E.sync();
