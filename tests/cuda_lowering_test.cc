@@ -405,3 +405,44 @@ TEST(CudaLowering, RowReductionsInEveryLayout) {
     }, {x}, c.t == pl::bf16 ? 1e-2 : 1e-5);
   }
 }
+
+// K loops of dots on the tensor cores (rules_dot.cc): the accumulator stays in MMA fragments
+// across the loop when the body only adds dots into it. Every dtype that takes the tensor
+// cores, shapes that do not fill an MMA tile, transposed operands, an accumulator that does
+// not start at zero, 3 and 8 warps, and a body that also reads the accumulator (which then
+// stays in the blocked layout).
+TEST(CudaLowering, DotLoopsOnTensorCores) {
+  struct Case {
+    pl::DType t;
+    int64_t M, N, K, bk;
+    bool ta, tb, reads_acc;
+    int warps;
+  };
+  const Case cases[] = {
+      {pl::bf16, 64, 64, 128, 32, false, false, false, 4}, {pl::f16, 40, 24, 80, 40, false, true, false, 3},
+      {pl::f32, 48, 32, 64, 16, true, false, false, 8},    {pl::i8, 32, 48, 128, 64, true, true, false, 4},
+      {pl::bf16, 32, 32, 64, 32, false, false, true, 4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << pl::dtype_name(c.t) << " " << c.M << "x" << c.N << "x" << c.K << " ta " << c.ta << " tb " << c.tb
+                                      << " reads_acc " << c.reads_acc << " warps " << c.warps);
+    pl::Shape as = c.ta ? pl::Shape{c.K, c.M} : pl::Shape{c.M, c.K}, bs = c.tb ? pl::Shape{c.N, c.K} : pl::Shape{c.K, c.N};
+    pl::Array a = c.t == pl::i8 ? pl::random::randint(as, pl::i8, 21, -100, 100) : pl::random::normal(as, c.t, 21);
+    pl::Array b = c.t == pl::i8 ? pl::random::randint(bs, pl::i8, 22, -100, 100) : pl::random::normal(bs, c.t, 22);
+    pl::DType acc_t = c.t == pl::i8 ? pl::i32 : pl::f32;
+    check([&](pl::Backend be) {
+      return pl::pallas_call(
+          [c, acc_t](pl::Ref a, pl::Ref b, pl::Ref o) {
+            pl::Value init = pl::full({c.M, c.N}, 3, acc_t);
+            pl::Value acc = pl::fori_loop(0, int(c.K / c.bk), init, [&](pl::Value k, pl::Value acc) {
+              pl::Value x = c.ta ? a(pl::ds(k * c.bk, c.bk), pl::all) : a(pl::all, pl::ds(k * c.bk, c.bk));
+              pl::Value y = c.tb ? b(pl::all, pl::ds(k * c.bk, c.bk)) : b(pl::ds(k * c.bk, c.bk), pl::all);
+              pl::Value d = pl::dot(x, y, {.trans_a = c.ta, .trans_b = c.tb, .preferred_type = acc_t});
+              return c.reads_acc ? acc * 0.5f + d : acc + d;
+            });
+            o[pl::all] = acc;
+          },
+          pl::ShapeDtype({c.M, c.N}, acc_t), {.compiler_params = {.num_warps = c.warps}, .backend = be});
+    }, {a, b}, c.t == pl::f32 ? 1e-3 : 1e-4);
+  }
+}

@@ -162,6 +162,7 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
 
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
   for (const ir::Eqn& e : j.eqns) {
+    if (absorbed.count(&e)) continue;
     const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
     if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
     r(*this, e);

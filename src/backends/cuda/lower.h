@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "src/backends/cuda/layout.h"
@@ -72,6 +73,10 @@ class Emitter {
   size_t xbytes = 0;  // its size: the most any single exchange needs
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
+  // fori carries kept in MMA fragments (rules_dot.cc): the dot that accumulates into each,
+  // and the adds those dots absorb (not emitted).
+  std::unordered_map<const ir::Eqn*, std::string> dot_into_fragments;
+  std::unordered_set<const ir::Eqn*> absorbed;
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
 
   void line(const std::string& s);

@@ -13,9 +13,14 @@ void copy(Emitter& E, const std::string& dst, const ir::Aval& a, const std::stri
 }
 
 // After a body: carries <- body outputs, through temporaries (outputs may swap carries).
-void assign_outs(Emitter& E, const ir::Jaxpr& j, const std::vector<ir::Var>& outs) {
+// `only`: the carries to assign (all when empty and not given).
+void assign_outs(Emitter& E, const ir::Jaxpr& j, const std::vector<ir::Var>& outs, std::optional<std::vector<size_t>> only = std::nullopt) {
+  std::vector<size_t> cs;
+  if (only) cs = *only;
+  else
+    for (size_t c = 0; c < outs.size(); ++c) cs.push_back(c);
   std::vector<std::string> tmp;
-  for (size_t c = 0; c < outs.size(); ++c) {
+  for (size_t c : cs) {
     ir::Var t{-1, outs[c].aval};
     std::string n = E.fresh("tmp");
     if (Emitter::scalar_like(t.aval)) E.line(ctype(t.aval.dtype) + " " + n + ";");
@@ -23,14 +28,21 @@ void assign_outs(Emitter& E, const ir::Jaxpr& j, const std::vector<ir::Var>& out
     copy(E, n, t.aval, E.name(j.outvars[c]));
     tmp.push_back(n);
   }
-  for (size_t c = 0; c < outs.size(); ++c) copy(E, E.name(outs[c]), outs[c].aval, tmp[c]);
+  for (size_t i = 0; i < cs.size(); ++i) copy(E, E.name(outs[cs[i]]), outs[cs[i]].aval, tmp[i]);
 }
 
 void fori(Emitter& E, const ir::Eqn& e) {
   const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
   size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
+  // carries that only accumulate tensor-core dots live in MMA fragments (rules_dot.cc)
+  std::vector<std::optional<FragmentCarry>> frag(nc);
   for (size_t c = 0; c < nc; ++c) {
     E.declare(e.out[c]);
+    if ((frag[c] = plan_fragment_carry(E, body, c))) {
+      frag[c]->frag = E.fresh("acc");
+      begin_fragment_carry(E, *frag[c], e.in[2 + c]);
+      continue;
+    }
     copy(E, E.name(e.out[c]), e.out[c].aval, E.name(e.in[2 + c]));
   }
   std::string i = E.fresh("it");
@@ -41,9 +53,14 @@ void fori(Emitter& E, const ir::Eqn& e) {
   for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
   for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   E.emit_eqns(body);
-  assign_outs(E, body, e.out);
+  std::vector<size_t> plain;
+  for (size_t c = 0; c < nc; ++c)
+    if (!frag[c]) plain.push_back(c);
+  assign_outs(E, body, e.out, plain);
   --E.depth;
   E.line("}");
+  for (size_t c = 0; c < nc; ++c)
+    if (frag[c]) end_fragment_carry(E, *frag[c], e.out[c]);
 }
 
 void while_(Emitter& E, const ir::Eqn& e) {

@@ -9,9 +9,12 @@
 //    reads back. Shapes that do not fill an MMA tile are padded with zeros.
 //  - SIMT otherwise (f64, other integers, Precision::Highest f32): each thread computes the
 //    output elements it holds with a rolled K loop.
-// Not built yet (issue 8): wgmma, ldmatrix and swizzled operands, accumulators that stay in
-// MMA fragments across a loop, pipelining.
+// A fori carry that only accumulates such dots stays in MMA fragments for the whole loop
+// (plan_fragment_carry). Not built yet (issue 8): wgmma, ldmatrix and swizzled operands,
+// fragments for other values (general layout propagation), pipelining.
 #include "src/backends/cuda/rules.h"
+
+#include <unordered_map>
 
 namespace pallas::cuda {
 using ir::PrimId;
@@ -107,22 +110,59 @@ void put_operand(Emitter& E, const ir::Atom& x, const std::string& dst, int64_t 
   });
 }
 
-void dot_mma(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m) {
-  const ir::Var& o = e.out[0];
-  int W = E.nt / 32;
+// How the output tiles are spread over the warps: warp w takes tiles w, w + W, ... of 16
+// rows x 8*NS columns; each thread keeps `float frag[TPW][NS][4]` (TPW tiles per warp), so
+// the fragments stay in registers (every index is a compile-time constant).
+struct MmaGrid {
+  int64_t W, TM, NS, TN, TPW;
+};
+MmaGrid mma_grid(const Emitter& E, const DotShape& d) {
+  MmaGrid q;
+  q.W = E.nt / 32;
+  q.TM = (d.M + 15) / 16;
+  q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
+  q.TN = (d.N + 8 * q.NS - 1) / (8 * q.NS);
+  q.TPW = (q.TM * q.TN + q.W - 1) / q.W;
+  return q;
+}
+
+// Declares this thread's fragments, zero.
+std::string declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m) {
+  std::string f = E.fresh("frag");
+  E.line(std::string(m.acc) + " " + f + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4] = {};");
+  return f;
+}
+
+// Emits `for each tile of this warp, for each accumulator register` with i, j (the element's
+// row and column), t, s, r in scope; body(i, j) runs for elements inside M x N only.
+void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std::function<void()>& body) {
+  E.line("#pragma unroll");
+  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
+  E.line("  const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ", g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
+  E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * 16, n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
+  E.line("  #pragma unroll");
+  E.line("  for (int s = 0; s < " + std::to_string(q.NS) + "; ++s)");
+  E.line("    #pragma unroll");
+  E.line("    for (int r = 0; r < 4; ++r) {");
+  // accumulator r: row g + 8 (r / 2), column 2 q + r % 2
+  E.line("      const int i = m0 + g + 8 * (r / 2), j = n0 + s * 8 + 2 * q + r % 2;");
+  E.line("      if (tile < " + std::to_string(q.TM * q.TN) + " && i < " + std::to_string(d.M) + " && j < " + std::to_string(d.N) + ") {");
+  E.depth += 4;
+  body();
+  E.depth -= 4;
+  E.line("      }");
+  E.line("    }");
+  E.line("}");
+}
+
+// frag += A B for this dot's operands (written to the shared tiles first).
+void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q, const std::string& frag) {
   MmaTiles g = mma_tiles(d, t, m);
   E.reserve(0, ir::Aval::array({static_cast<int64_t>(g.end)}, DType::U8));
-  int64_t TM = (d.M + 15) / 16;
-  int64_t NS = std::min<int64_t>(4, (d.N + 7) / 8);  // n8 sub-tiles per warp tile
-  int64_t TN = (d.N + 8 * NS - 1) / (8 * NS);
   std::string T = ctype(t), M = std::to_string(d.M), N = std::to_string(d.N), KS = std::to_string(g.KS);
-  std::string xa = E.fresh("xa"), xb = E.fresh("xb"), xc = E.fresh("xc");
-  auto ptr = [&](const std::string& n, const std::string& type, size_t off) {
-    E.line(type + "* " + n + " = (" + type + "*)(smem + " + std::to_string(E.xoff + off) + ");");
-  };
-  ptr(xa, T, g.a_off);
-  ptr(xb, T, g.b_off);
-  ptr(xc, m.acc, g.c_off);
+  std::string xa = E.fresh("xa"), xb = E.fresh("xb");
+  E.line(T + "* " + xa + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.a_off) + ");");
+  E.line(T + "* " + xb + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.b_off) + ");");
   // A (M x K, or K x M when transposed) to rows of K; B (K x N, or N x K) to rows of K
   put_operand(E, e.in[0], xa, g.KS, !d.ta, t);
   put_operand(E, e.in[1], xb, g.KS, d.tb, t);
@@ -136,14 +176,16 @@ void dot_mma(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const Mma
   E.sync();
   E.line("{");
   ++E.depth;
-  E.line("const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;");
+  E.line("const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
   E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
   std::string ks_words = std::to_string(g.KS * static_cast<int64_t>(itemsize(t)) / 4);
   int per = m.per_reg, half_words = m.k / 2 / per;  // words between the two k halves of a fragment
-  E.line("_Pragma(\"unroll 1\") for (int tile = threadIdx.x >> 5; tile < " + std::to_string(TM * TN) + "; tile += " + std::to_string(W) + ") {");
+  E.line("#pragma unroll");
+  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
   ++E.depth;
-  E.line("const int m0 = (tile / " + std::to_string(TN) + ") * 16, n0 = (tile % " + std::to_string(TN) + ") * " + std::to_string(8 * NS) + ";");
-  E.line(std::string(m.acc) + " c[" + std::to_string(NS) + "][4] = {};");
+  E.line("const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ";");
+  E.line("if (tile >= " + std::to_string(q.TM * q.TN) + ") break;");
+  E.line("const int m0 = (tile / " + std::to_string(q.TN) + ") * 16, n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
   E.line("const int ra = m0 + g, rb = m0 + g + 8;");
   E.line("_Pragma(\"unroll 1\") for (int kw = 0; kw < " + std::to_string(g.KP / per) + "; kw += " + std::to_string(m.k / per) + ") {");
   ++E.depth;
@@ -154,36 +196,51 @@ void dot_mma(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const Mma
   E.line("a[2] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
   E.line("a[3] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
   E.line("#pragma unroll");
-  E.line("for (int s = 0; s < " + std::to_string(NS) + "; ++s) {");
+  E.line("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s) {");
   ++E.depth;
   E.line("const int col = n0 + s * 8 + g;");
   E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
   E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-  std::string cr = std::string(m.acc) == "float" ? "f" : "r";
-  E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(c[s][0]), \"+" + cr +
-         "\"(c[s][1]), \"+" + cr + "\"(c[s][2]), \"+" + cr + "\"(c[s][3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
+  std::string cr = std::string(m.acc) == "float" ? "f" : "r", c = frag + "[t][s]";
+  E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c + "[0]), \"+" + cr +
+         "\"(" + c + "[1]), \"+" + cr + "\"(" + c + "[2]), \"+" + cr + "\"(" + c + "[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
   --E.depth;
   E.line("}");
   --E.depth;
   E.line("}");
-  // accumulator r: row g + 8 (r / 2), column 2 q + r % 2
-  E.line("#pragma unroll");
-  E.line("for (int s = 0; s < " + std::to_string(NS) + "; ++s)");
-  E.line("  #pragma unroll");
-  E.line("  for (int r = 0; r < 4; ++r) {");
-  E.line("    const int i = m0 + g + 8 * (r / 2), j = n0 + s * 8 + 2 * q + r % 2;");
-  E.line("    if (i < " + M + " && j < " + N + ") " + xc + "[i * " + N + " + j] = c[s][r];");
-  E.line("  }");
   --E.depth;
   E.line("}");
   --E.depth;
   E.line("}");
-  E.sync();
-  E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + xc + "[e]);"); });
+  E.sync();  // the operand tiles are read until here
 }
 
-void dot(Emitter& E, const ir::Eqn& e) {
-  ir::Aval a = ir::atom_aval(e.in[0]), b = ir::atom_aval(e.in[1]);
+// Fragments <-> a tile in the blocked layout, through an M x N tile in the exchange region.
+void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const std::string& frag, const ir::Var& out) {
+  E.reserve(0, ir::Aval::array({d.M, d.N}, DType::F32));
+  std::string xc = E.fresh("xc");
+  E.line(std::string(m.acc) + "* " + xc + " = (" + m.acc + "*)(smem + " + std::to_string(E.xoff) + ");");
+  foreach_fragment(E, d, q, [&] { E.line(xc + "[i * " + std::to_string(d.N) + " + j] = " + frag + "[t][s][r];"); });
+  E.sync();
+  E.foreach(out.aval.shape, [&] { E.line(E.elem(out, "k") + " = cv<" + ctype(out.aval.dtype) + ">(" + xc + "[e]);"); });
+  E.sync();
+}
+void tile_to_fragments(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const ir::Atom& in, const std::string& frag) {
+  E.reserve(0, ir::Aval::array({d.M, d.N}, DType::F32));
+  std::string xc = E.fresh("xc");
+  E.line(std::string(m.acc) + "* " + xc + " = (" + m.acc + "*)(smem + " + std::to_string(E.xoff) + ");");
+  if (Emitter::scalar_like(ir::atom_aval(in))) {
+    foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = (" + m.acc + ")ld(" + E.name(in) + ");"); });
+    return;
+  }
+  E.foreach({d.M, d.N}, [&] { E.line(xc + "[e] = (" + m.acc + ")ld(" + E.elem(in, "k") + ");"); });
+  E.sync();
+  foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = " + xc + "[i * " + std::to_string(d.N) + " + j];"); });
+  E.sync();
+}
+
+DotShape dot_shape(const ir::Eqn& e) {
+  ir::Aval a = ir::atom_aval(e.in[0]);
   const ir::Var& o = e.out[0];
   DotShape d;
   d.ta = e.params.get_bool("trans_a");
@@ -191,24 +248,100 @@ void dot(Emitter& E, const ir::Eqn& e) {
   d.M = o.aval.shape[0];
   d.N = o.aval.shape[1];
   d.K = d.ta ? a.shape[0] : a.shape[1];
+  return d;
+}
+const MmaKind* mma_kind_of(const Emitter& E, const ir::Eqn& e) {
   int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
-  DType t = a.dtype;
-  E.declare(o);
-  if (const MmaKind* m = E.nt % 32 == 0 ? mma_kind(t, prec == 2) : nullptr) {
-    dot_mma(E, e, d, t, *m);
-  } else {
-    size_t off = E.reserve(0, a);
-    E.reserve(off, b);
-    d.xa = E.put_shared(e.in[0], 0);
-    d.xb = E.put_shared(e.in[1], off);
-    E.sync();
-    dot_simt(E, e, d, t, t == DType::F32 && prec != 2);
+  return E.nt % 32 == 0 ? mma_kind(ir::atom_aval(e.in[0]).dtype, prec == 2) : nullptr;
+}
+
+void dot(Emitter& E, const ir::Eqn& e) {
+  const ir::Var& o = e.out[0];
+  DotShape d = dot_shape(e);
+  DType t = ir::atom_aval(e.in[0]).dtype;
+  const MmaKind* m = mma_kind_of(E, e);
+  if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {
+    mma_accumulate(E, e, d, t, *m, mma_grid(E, d), it->second);  // a loop carry's fragments (fori)
+    return;
   }
+  E.declare(o);
+  if (m) {
+    MmaGrid q = mma_grid(E, d);
+    std::string frag = declare_fragments(E, q, *m);
+    mma_accumulate(E, e, d, t, *m, q, frag);
+    fragments_to_tile(E, d, q, *m, frag, o);
+    return;
+  }
+  int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
+  size_t off = E.reserve(0, ir::atom_aval(e.in[0]));
+  E.reserve(off, ir::atom_aval(e.in[1]));
+  d.xa = E.put_shared(e.in[0], 0);
+  d.xb = E.put_shared(e.in[1], off);
+  E.sync();
+  dot_simt(E, e, d, t, t == DType::F32 && prec != 2);
   E.sync();
 }
 
 }  // namespace
 
 void register_dot_rules(ir::RuleTable<LowerRule>& t) { t.set(PrimId::dot, dot); }
+
+// A fori_loop carry that only accumulates tensor-core dots, `acc = acc + dot(a, b)` (the
+// usual K loop): the carry lives in MMA fragments for the whole loop instead of going to the
+// blocked layout and back through shared memory every iteration (layouts on values, in the
+// one place where it matters most so far). Conditions: the add and the dot are in the body
+// itself, each is the other's only user of the values involved, the dot takes the tensor
+// cores and its result has the carry's dtype (f32, or i32 for i8).
+std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t c) {
+  const ir::Var& in = body.invars[1 + c];
+  const auto* outv = std::get_if<ir::Var>(&body.outvars[c]);
+  if (!outv || in.aval.shape.size() != 2) return std::nullopt;
+  std::unordered_map<int64_t, int> uses;
+  std::unordered_map<int64_t, const ir::Eqn*> def;
+  for (const ir::Eqn& e : body.eqns) {
+    for (auto& x : e.in)
+      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+    for (auto& o : e.out) def[o.id] = &e;
+  }
+  for (auto& x : body.outvars)
+    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  auto it = def.find(outv->id);
+  if (it == def.end() || it->second->prim->id != PrimId::add || uses[outv->id] != 1 || uses[in.id] != 1) return std::nullopt;
+  const ir::Eqn& add = *it->second;
+  const ir::Var* other = nullptr;
+  for (int k = 0; k < 2; ++k) {
+    auto* v = std::get_if<ir::Var>(&add.in[static_cast<size_t>(k)]);
+    auto* w = std::get_if<ir::Var>(&add.in[static_cast<size_t>(1 - k)]);
+    if (v && w && v->id == in.id) other = w;
+  }
+  if (!other || uses[other->id] != 1) return std::nullopt;
+  auto dt = def.find(other->id);
+  if (dt == def.end() || dt->second->prim->id != PrimId::dot) return std::nullopt;
+  const ir::Eqn& dot = *dt->second;
+  const MmaKind* m = mma_kind_of(E, dot);
+  if (!m) return std::nullopt;
+  DType acc = std::string(m->acc) == "float" ? DType::F32 : DType::I32;
+  if (dot.out[0].aval.dtype != acc || in.aval.dtype != acc || outv->aval.dtype != acc || dot.out[0].aval.shape != in.aval.shape)
+    return std::nullopt;
+  return FragmentCarry{&dot, &add};
+}
+
+void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init) {
+  DotShape d = dot_shape(*fc.dot);
+  const MmaKind* m = mma_kind_of(E, *fc.dot);
+  MmaGrid q = mma_grid(E, d);
+  E.line(std::string(m->acc) + " " + fc.frag + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4];");
+  tile_to_fragments(E, d, q, *m, init, fc.frag);
+  E.dot_into_fragments[fc.dot] = fc.frag;
+  E.absorbed.insert(fc.add);
+}
+
+void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out) {
+  DotShape d = dot_shape(*fc.dot);
+  const MmaKind* m = mma_kind_of(E, *fc.dot);
+  fragments_to_tile(E, d, mma_grid(E, d), *m, fc.frag, out);
+  E.dot_into_fragments.erase(fc.dot);
+  E.absorbed.erase(fc.add);
+}
 
 }  // namespace pallas::cuda
