@@ -133,3 +133,123 @@ TEST(FuzzRegression, Seed20261203Kernel622) {
   std::vector<pl::Array> ins = {fuzz::input(pl::Shape{5, 48, 9}, pl::f64, 11309015269970083446u)};
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
 }
+
+// An f32 atomic add of 0 to a subnormal: the GPU's atom.add.f32 flushes it to zero (2.9e-39
+// vs 0). A documented difference (docs/design.md), compared with a tolerance, which allows a
+// smallest-normal difference; the generator no longer treats f32 atomic adds as exact.
+// pallas_fuzz --seed 20261203 --index 2815 (shrunk): mismatch: outputs differ between the backends
+// grid (1,), 2 inputs, 1 outputs, 6 ops
+TEST(FuzzRegression, Seed20261203Kernel2815) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::load(r[0], {1});
+    pl::Value v1 = pl::Value(int64_t{2});
+    pl::Value v2 = pl::rem(v0, v1);
+    pl::Value v3 = pl::broadcast_to(v2, pl::Shape{5, 31, 2});
+    pl::Value v4 = v3.astype(pl::f32);
+    pl::Value v5 = pl::atomic_add(r[2], {pl::all, pl::all, pl::all}, v4);
+  };
+  pl::CallOptions opts{.grid = {1},
+                       .in_specs = {pl::BlockSpec()},
+                       .out_specs = {pl::BlockSpec({5, 31, 2}, [](pl::Value i, pl::Ref s0) { return pl::idx(i, 0, 0); })},
+                       .num_scalar_prefetch = 1,
+                       .input_output_aliases = {{1, 0}},
+                       .name = "fuzz_20261203_2815"};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{5, 31, 2}, pl::f32)};
+  std::vector<pl::Array> ins = {fuzz::input(pl::Shape{2}, pl::i32, 17380035230275701323u), fuzz::input(pl::Shape{5, 31, 2}, pl::f32, 2115116288351215592u)};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {1e-7}), "");
+}
+
+// Atomic max from two programs into one shared element, one of them NaN: the interpreter kept
+// the NaN, the GPU let the later program's max overwrite it. Float atomic max/min now
+// propagate NaN on both backends, so the order of the programs does not matter.
+// pallas_fuzz --seed 20261203 --index 6927 (shrunk): mismatch: outputs differ between the backends
+// grid (2,), 2 inputs, 1 outputs, 10 ops
+TEST(FuzzRegression, Seed20261203Kernel6927) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::load(r[0], {pl::all, pl::all});
+    pl::Value v1 = pl::max(v0, pl::Axes(), false);
+    pl::Value v2 = pl::iota(pl::i32, pl::Shape{19}, 0);
+    pl::Value v3 = pl::Value(int64_t{4});
+    pl::Value v4 = pl::mul(v2, v3);
+    pl::Value v5 = pl::Value(int64_t{1});
+    pl::Value v6 = pl::add(v4, v5);
+    pl::Value v7 = pl::Value(int64_t{1});
+    pl::Value v8 = pl::rem(v6, v7);
+    pl::Value v9 = pl::atomic_max(r[2], {v8, pl::all, pl::all}, v1);
+  };
+  pl::CallOptions opts{.grid = {2},
+                       .dimension_semantics = {pl::parallel},
+                       .in_specs = {pl::BlockSpec({9, pl::squeezed, 16}, [](pl::Value i) { pl::Value b0 = i % 1; return pl::idx(i, b0, 0); }),
+                  pl::BlockSpec()},
+                       .out_specs = {pl::BlockSpec()},
+                       .input_output_aliases = {{1, 0}},
+                       .name = "fuzz_20261203_6927"};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{1, 4, 128}, pl::f32)};
+  std::vector<pl::Array> ins = {fuzz::input(pl::Shape{18, 1, 16}, pl::f32, 10691343957522306216u), fuzz::input(pl::Shape{1, 4, 128}, pl::f32, 7717916262778894714u)};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0.00020000000000000001}), "");
+}
+
+// OPEN (issue 7): a kernel writes a whole block that overhangs its array, then reads it back.
+// The interpreter keeps the values written into the padding lanes of its padded copy; the GPU
+// drops writes outside the array and reads poison there, so a reduction over the block
+// differs. The semantics to converge on (padding lanes read poison after writes too) needs
+// the interpreter to drop padding writes; disabled until then (gtest reports it disabled).
+// pallas_fuzz --seed 20261203 --index 4496 (shrunk): mismatch: outputs differ between the backends
+// grid (1,3,1), 0 inputs, 1 outputs, 13 ops
+TEST(FuzzRegression, DISABLED_Seed20261203Kernel4496) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::full(pl::Shape{8, 7}, 1, pl::i32).value_();
+    pl::store(r[0], {pl::all, pl::all}, v0);
+    pl::Value v1 = pl::iota(pl::i32, pl::Shape{2}, 0);
+    pl::Value v2 = pl::Value(int64_t{1});
+    pl::Value v3 = pl::mul(v1, v2);
+    pl::Value v4 = pl::Value(int64_t{7});
+    pl::Value v5 = pl::add(v3, v4);
+    pl::Value v6 = pl::Value(int64_t{8});
+    pl::Value v7 = pl::rem(v5, v6);
+    pl::Value v8 = pl::load(r[0], {v7, pl::all});
+    pl::Value v9 = pl::min(v8, pl::Axes(), false);
+    pl::Value v10 = pl::broadcast_to(v9, pl::Shape{8, 7});
+    pl::store(r[0], {pl::all, pl::all}, v10);
+  };
+  pl::CallOptions opts{.grid = {pl::dynamic, 3, 1},
+                       .in_specs = {},
+                       .out_specs = {pl::BlockSpec({8, 7}, [](pl::Value i, pl::Value j, pl::Value k) { return pl::idx(i, j); })},
+                       .name = "fuzz_20261203_4496"};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{8, 18}, pl::i32)};
+  std::vector<pl::Array> ins = {pl::Array::scalar(int32_t{1})};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
+}
+
+// OPEN (issue 7): a kernel writes a whole block that overhangs its array, then reads it back.
+// The interpreter keeps the values written into the padding lanes of its padded copy; the GPU
+// drops writes outside the array and reads poison there, so a reduction over the block
+// differs. The semantics to converge on (padding lanes read poison after writes too) needs
+// the interpreter to drop padding writes; disabled until then (gtest reports it disabled).
+// pallas_fuzz --seed 20261203 --index 6955 (shrunk): mismatch: outputs differ between the backends
+// grid (4,), 0 inputs, 1 outputs, 14 ops
+TEST(FuzzRegression, DISABLED_Seed20261203Kernel6955) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::program_id(0);
+    pl::Value v1 = pl::full(pl::Shape{1, 16, 17}, 1, pl::i64).value_();
+    pl::store(r[0], {pl::all, pl::all, pl::all}, v1);
+    pl::Value v2 = pl::load(r[0], {pl::all, pl::all, pl::all});
+    pl::Value v3 = pl::iota(pl::i32, pl::Shape{4}, 0);
+    pl::Value v4 = pl::Value(int64_t{1});
+    pl::Value v5 = pl::mul(v3, v4);
+    pl::Value v6 = pl::Value(int64_t{14});
+    pl::Value v7 = pl::add(v5, v6);
+    pl::Value v8 = pl::Value(int64_t{16});
+    pl::Value v9 = pl::rem(v7, v8);
+    pl::Value v10 = pl::min(v2, pl::Axes(), false);
+    pl::Value v11 = pl::broadcast_to(v10, pl::Shape{1, 4, 1});
+    r[0].at({pl::ds(0, 1), v9, pl::ds(v0, 1)}) += v11;
+  };
+  pl::CallOptions opts{.grid = {4},
+                       .in_specs = {},
+                       .out_specs = {pl::BlockSpec({1, 16, 17}, [](pl::Value i) { return pl::idx(0, i, 0); })},
+                       .name = "fuzz_20261203_6955"};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{1, 59, 17}, pl::i64)};
+  std::vector<pl::Array> ins = {};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
+}

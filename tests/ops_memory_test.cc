@@ -4,6 +4,10 @@
 // reads, dropped writes), masked stores, swap, addupdate and every atomic, duplicates included.
 #include "tests/test_util.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
 namespace pt {
 namespace {
 
@@ -393,6 +397,30 @@ TEST(Atomics, MaxMinAndOrXorXchg) {
   check_atomic_ops<uint64_t>();
   check_atomic_ops<float>();
   check_atomic_ops<double>();
+}
+
+// Float atomic max/min propagate NaN (from either side) and put -0 below +0, as lax.max/min:
+// then programs on parallel axes that combine into one element give one result whatever
+// their order (found by the fuzzer: a NaN that a later program's max overwrote on the GPU).
+TEST(Atomics, MaxMinPropagateNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> init{nan, 1.f, 5.f, 0.f, -0.f};
+  std::vector<float> vals{2.f, nan, 3.f, -0.f, 0.f};
+  for (bool mx : {true, false}) {
+    SCOPED_TRACE(mx ? "max" : "min");
+    auto call = pl::pallas_call(
+        [mx](pl::Ref initr, pl::Ref vr, pl::Ref o) {
+          o[pl::all] = initr[pl::all];
+          (mx ? pl::atomic_max : pl::atomic_min)(o, {pl::all}, vr[pl::all], {});
+        },
+        pl::ShapeDtype({5}, pl::f32), {.name = "atomic_nan"});
+    auto o = call(pl::Array::from_vector(init), pl::Array::from_vector(vals)).to_vector<float>();
+    EXPECT_TRUE(std::isnan(o[0]));
+    EXPECT_TRUE(std::isnan(o[1]));
+    EXPECT_EQ(o[2], mx ? 5.f : 3.f);
+    EXPECT_EQ(std::signbit(o[3]), !mx);  // max(0, -0) = +0, min(0, -0) = -0
+    EXPECT_EQ(std::signbit(o[4]), !mx);
+  }
 }
 
 // Atomics on a single scalar location (no indexers on a rank-0 ref) and on a tile slice.

@@ -136,8 +136,8 @@ template <class T> __device__ __forceinline__ T atom_apply(int op, T cur, T v) {
   C a = ld(cur), b = ld(v);
   switch (op) {
     case 0: return cv<T>(p_add(a, b));
-    case 1: return cv<T>(a > b ? a : b);
-    case 2: return cv<T>(a < b ? a : b);
+    case 1: return cv<T>(p_max<C>(a, b));  // NaN sticks: the result does not depend on the order
+    case 2: return cv<T>(p_min<C>(a, b));
     case 6: return v;
   }
   if constexpr (!isf_v<C>) {

@@ -4,6 +4,7 @@
 // are never touched (a load gives `other`, or poison without it).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "src/backends/interpret/checks.h"
 #include "src/backends/interpret/strided.h"
@@ -563,8 +564,15 @@ T combine(AtomicOp op, T cur, T v) {
         return E::put(static_cast<C>(static_cast<std::make_unsigned_t<C>>(a) + static_cast<std::make_unsigned_t<C>>(b)));
       else
         return E::put(static_cast<C>(a + b));
-    case AtomicOp::Max: return E::put(a > b ? a : b);  // no NaN handling, as the GPU's integer-emulated float max
-    case AtomicOp::Min: return E::put(a < b ? a : b);
+    // max/min propagate NaN and order -0 below +0 (as lax.max/min), so that atomics from
+    // programs running in any order give one result
+    case AtomicOp::Max:
+    case AtomicOp::Min:
+      if constexpr (std::is_floating_point_v<C>) {
+        if (std::isnan(a) || std::isnan(b)) return E::put(std::numeric_limits<C>::quiet_NaN());
+        if (a == b) return E::put((std::signbit(a) == (op == AtomicOp::Max)) ? b : a);
+      }
+      return E::put(op == AtomicOp::Max ? (a > b ? a : b) : (a < b ? a : b));
     case AtomicOp::Xchg: return v;
     case AtomicOp::And:
     case AtomicOp::Or:
