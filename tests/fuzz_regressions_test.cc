@@ -189,14 +189,13 @@ TEST(FuzzRegression, Seed20261203Kernel6927) {
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0.00020000000000000001}), "");
 }
 
-// OPEN (issue 7): a kernel writes a whole block that overhangs its array, then reads it back.
-// The interpreter keeps the values written into the padding lanes of its padded copy; the GPU
-// drops writes outside the array and reads poison there, so a reduction over the block
-// differs. The semantics to converge on (padding lanes read poison after writes too) needs
-// the interpreter to drop padding writes; disabled until then (gtest reports it disabled).
+// A kernel writes a whole block that overhangs its array, then reads it back and reduces it.
+// The interpreter kept the values written into the padding lanes of its padded copy; the GPU
+// drops writes outside the array and reads poison there. The interpreter now drops them too
+// (Padding, src/backends/interpret/value.h): padding lanes read poison, written or not.
 // pallas_fuzz --seed 20261203 --index 4496 (shrunk): mismatch: outputs differ between the backends
 // grid (1,3,1), 0 inputs, 1 outputs, 13 ops
-TEST(FuzzRegression, DISABLED_Seed20261203Kernel4496) {
+TEST(FuzzRegression, Seed20261203Kernel4496) {
   auto kernel = [](const std::vector<pl::Ref>& r) {
     pl::Value v0 = pl::full(pl::Shape{8, 7}, 1, pl::i32).value_();
     pl::store(r[0], {pl::all, pl::all}, v0);
@@ -221,14 +220,13 @@ TEST(FuzzRegression, DISABLED_Seed20261203Kernel4496) {
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
 }
 
-// OPEN (issue 7): a kernel writes a whole block that overhangs its array, then reads it back.
-// The interpreter keeps the values written into the padding lanes of its padded copy; the GPU
-// drops writes outside the array and reads poison there, so a reduction over the block
-// differs. The semantics to converge on (padding lanes read poison after writes too) needs
-// the interpreter to drop padding writes; disabled until then (gtest reports it disabled).
+// A kernel writes a whole block that overhangs its array, then reads it back and reduces it.
+// The interpreter kept the values written into the padding lanes of its padded copy; the GPU
+// drops writes outside the array and reads poison there. The interpreter now drops them too
+// (Padding, src/backends/interpret/value.h): padding lanes read poison, written or not.
 // pallas_fuzz --seed 20261203 --index 6955 (shrunk): mismatch: outputs differ between the backends
 // grid (4,), 0 inputs, 1 outputs, 14 ops
-TEST(FuzzRegression, DISABLED_Seed20261203Kernel6955) {
+TEST(FuzzRegression, Seed20261203Kernel6955) {
   auto kernel = [](const std::vector<pl::Ref>& r) {
     pl::Value v0 = pl::program_id(0);
     pl::Value v1 = pl::full(pl::Shape{1, 16, 17}, 1, pl::i64).value_();

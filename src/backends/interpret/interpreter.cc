@@ -185,6 +185,19 @@ BlockRef block_ref(const Operand& op, const int64_t* bidx, Arena& arena) {
   v.strides = contiguous_strides(v.shape);
   v.data = arena.alloc(static_cast<size_t>(v.shape.size()) * w);
   fill_poison(t, v.data, v.shape.size());
+  auto* pad = static_cast<Padding*>(arena.alloc(sizeof(Padding)));
+  new (pad) Padding();
+  pad->lo.n = pad->hi.n = v.shape.n;
+  bool empty = false;
+  for (int d = 0, k = 0; d < rank; ++d) {
+    int64_t lo = std::max<int64_t>(0, -br.start[d]), hi = std::min<int64_t>(bm.block_shape[d], ash[d] - br.start[d]);
+    if (hi <= lo) empty = true;
+    if (bm.squeezed[d]) continue;
+    pad->lo[k] = lo, pad->hi[k] = hi, ++k;
+  }
+  if (empty)
+    for (int k = 0; k < pad->hi.n; ++k) pad->hi[k] = pad->lo[k] = 0;
+  v.pad = pad;
   // copy in the part inside the array (outputs too: a revisited block sees earlier writes)
   Dims full = Dims(bm.block_shape), bstr = contiguous_strides(full), region;
   region.n = static_cast<int8_t>(rank);

@@ -505,6 +505,24 @@ void write(const Val& ref, const Access& a, const Val& v, const bool* mask) {
   });
 }
 
+// Writes into the padding of an edge block are dropped: poison it again (Padding, value.h).
+void drop_padding_writes(const Val& ref) {
+  if (!ref.pad) return;
+  const Padding& p = *ref.pad;
+  size_t w = itemsize(ref.dtype);
+  int64_t n = ref.size();
+  int64_t idx[kMaxRank] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    bool inside = true;
+    for (int d = 0; d < ref.shape.n; ++d) inside = inside && idx[d] >= p.lo[d] && idx[d] < p.hi[d];
+    if (!inside) fill_poison(ref.dtype, static_cast<unsigned char*>(ref.data) + i * w, 1);
+    for (int d = ref.shape.n - 1; d >= 0; --d) {
+      if (++idx[d] < ref.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 void load_rule(const Instr& ins, Val* env, Ctx& ctx) {
   Access a = resolve(ins, env);
   size_t k = after_indices(ins);
@@ -519,6 +537,7 @@ void store_rule(const Instr& ins, Val* env, Ctx& ctx) {
   const bool* mask = ins.has_mask ? mask_at(ins, env, after_indices(ins)) : nullptr;
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::Write);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
+  drop_padding_writes(env[ins.in[0]]);
 }
 
 // Masked-off lanes of the result are the operand (the value that was not stored), as Pallas.
@@ -528,6 +547,7 @@ void swap_rule(const Instr& ins, Val* env, Ctx& ctx) {
   if (ctx.checks) check_access(ins, env, ctx, a, mask, AccessKind::ReadWrite);
   Val old = read(ins, env, ctx, a, mask, &env[ins.in[1]]);
   write(env[ins.in[0]], a, env[ins.in[1]], mask);
+  drop_padding_writes(env[ins.in[0]]);
   env[ins.out[0]] = old;
 }
 
@@ -547,6 +567,7 @@ Val rmw(const Instr& ins, Val* env, Ctx& ctx, const Access& a, const bool* mask,
       r[roff] = upd.template operator()<T>(r[roff], i);
     });
   });
+  drop_padding_writes(ref);
   return old;
 }
 

@@ -41,6 +41,13 @@ Dims contiguous_strides(const Dims& shape);
 
 struct RefInfo;
 
+// The part of a padded block (an edge block copied into a buffer with poison around it) that
+// lies inside its array: [lo, hi) per ref dim. Writes outside it are dropped (the padding is
+// poisoned again after every write), as on the GPU, which has no copy and masks them.
+struct Padding {
+  Dims lo, hi;
+};
+
 // A value (contiguous tile or scalar) or a ref (strided view of a block or scratch buffer).
 // A value may also be a strided view of a ref (strides set): only loads whose results feed
 // nothing but dots make those (see Instr::view_ok).
@@ -51,6 +58,7 @@ struct Val {
   Dims strides;  // refs and value views, in elements; empty for contiguous values
   void* data = nullptr;
   const RefInfo* info = nullptr;  // refs, while the interpreter's checks are on
+  const Padding* pad = nullptr;   // refs of padded edge blocks
   int64_t size() const { return shape.size(); }
   template <class T>
   T* as() const { return static_cast<T*>(data); }
