@@ -239,7 +239,6 @@ Lowered lower(const core::PallasCall& call) {
       rest = "(" + rest + " / " + G[d] + ")";
     }
   }
-  E.names[-100] = "";  // unused
   // Prefetch refs: whole arrays.
   auto whole_ref = [&](const ir::Var& v, const ShapeDtype& sd, const std::string& ptr) {
     RefInfo r;
@@ -410,10 +409,8 @@ Lowered lower(const core::PallasCall& call) {
   }
   if (!gm.scratch.empty()) E.line("if (poison_on) __syncthreads();");
   // Program ids and grid sizes for the program_id / num_programs rules.
-  for (size_t d = 0; d < gm.grid.size(); ++d) {
-    E.names[-1000 - static_cast<int64_t>(d)] = pid[d];
-    E.names[-2000 - static_cast<int64_t>(d)] = G[d];
-  }
+  E.program_ids = pid;
+  E.grid_sizes = G;
   E.line("// kernel body");
   E.emit_eqns(k);
   for (size_t d = gm.grid.size(); d-- > 0;)

@@ -67,7 +67,8 @@ class Emitter {
   std::string what;
   std::ostringstream body;
   int depth = 1;
-  std::unordered_map<int64_t, std::string> names;
+  std::unordered_map<int64_t, std::string> names;  // IR var id -> C expression
+  std::vector<std::string> program_ids, grid_sizes;  // per grid axis: C expressions
   std::unordered_map<int64_t, RefInfo> refs;
   size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
   size_t xbytes = 0;  // its size: the most any single exchange needs

@@ -117,11 +117,11 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::cond, cond);
   t.set(PrimId::program_id, [](Emitter& E, const ir::Eqn& e) {
     E.declare(e.out[0]);
-    E.line(E.name(e.out[0]) + " = " + E.names.at(-1000 - e.params.get_int("axis")) + ";");
+    E.line(E.name(e.out[0]) + " = " + E.program_ids.at(static_cast<size_t>(e.params.get_int("axis"))) + ";");
   });
   t.set(PrimId::num_programs, [](Emitter& E, const ir::Eqn& e) {
     E.declare(e.out[0]);
-    E.line(E.name(e.out[0]) + " = " + E.names.at(-2000 - e.params.get_int("axis")) + ";");
+    E.line(E.name(e.out[0]) + " = " + E.grid_sizes.at(static_cast<size_t>(e.params.get_int("axis"))) + ";");
   });
   t.set(PrimId::debug_print, [](Emitter& E, const ir::Eqn& e) {
     // Appends one record to the print log (lower.h, PrintSite): tiles are gathered to shared
