@@ -1,4 +1,6 @@
-// The GPU backend is optional: it installs a runner here when it is built.
+// The backends as core sees them: core (pallas_call, checkify) reaches the interpreter and the
+// GPU only through these runners. The GPU backend is optional: it installs a runner here when
+// it is built.
 #pragma once
 #include <string>
 #include <vector>
@@ -6,6 +8,14 @@
 #include "src/core/pallas_call.h"
 
 namespace pallas::core {
+
+// A run that reports the first failing pl::check instead of throwing (checkify).
+struct CheckedRun {
+  std::vector<Array> outputs;
+  bool failed = false;
+  std::string message;
+  std::vector<int64_t> failed_program_id;
+};
 
 struct BackendRunner {
   virtual ~BackendRunner() = default;
@@ -17,7 +27,14 @@ struct BackendRunner {
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args) const = 0;
   // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
   virtual void compile_check(const PallasCall& call) const {}
+  // Runs with every pl::check collected (checkify); only the interpreter implements it so far.
+  virtual CheckedRun run_checked(const PallasCall& call, const std::vector<Array>& args) const {
+    throw Error(call.what + ": this backend cannot collect checks (run it with the interpreter)");
+  }
 };
+
+// Always present.
+const BackendRunner* interpret_runner();
 
 // nullptr when the library was built without the CUDA backend.
 const BackendRunner* cuda_runner();

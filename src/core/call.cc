@@ -2,7 +2,6 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "src/backends/interpret/interpreter.h"
 #include "src/core/backend_registry.h"
 #include "src/core/pallas_call.h"
 
@@ -158,26 +157,7 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
     return e && *e && *e != '0';
   }();
   if (compile_check && cuda_runner()) cuda_runner()->compile_check(call);
-  std::vector<Array> host;
-  bool moved = false;
-  Device dev = Device::host();
-  for (auto& a : args) {
-    if (!a.device().is_host()) moved = true, dev = a.device();
-    host.push_back(a.device().is_host() ? a : a.to_host());
-  }
-  interp::RunResult r;
-  try {
-    r = interp::run_call(call, host, /*collect_checks=*/call.debug);
-  } catch (const Error& e) {  // every error names the kernel
-    std::string m = e.what();
-    if (m.rfind(call.what, 0) == 0) throw;
-    throw Error(call.what + ": " + m);
-  }
-  // pl::check outside checkify: on with debug = true, on both backends alike.
-  if (r.failed) throw Error(call.what + ": a check failed in program " + program_id_text(r.failed_program_id) + ": " + r.message);
-  if (moved)
-    for (auto& o : r.outputs) o = o.to(dev);
-  return r.outputs;
+  return interpret_runner()->run(call, args);
 }
 
 }  // namespace core

@@ -4,7 +4,7 @@
 // `check` equations; the interpreter records the first failure in grid order.
 #include <sstream>
 
-#include "src/backends/interpret/interpreter.h"
+#include "src/core/backend_registry.h"
 #include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
 
@@ -353,10 +353,8 @@ Checked CheckedCall::operator()(const std::vector<Array>& args) const {
     return out;
   }
   // The interpreter's check rule collects the first failure.
-  std::vector<Array> host;
-  for (auto& a : args) host.push_back(a.device().is_host() ? a : a.to_host());
   core::count_run(Backend::Interpret);
-  interp::RunResult r = interp::run_call(pc, host, true);
+  core::CheckedRun r = core::interpret_runner()->run_checked(pc, args);
   if (r.failed) out.error = CheckError(r.message, r.failed_program_id);
   out.outputs = std::move(r.outputs);
   return out;

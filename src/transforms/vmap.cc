@@ -5,7 +5,6 @@
 #include <atomic>
 #include <cstring>
 
-#include "src/backends/interpret/strided.h"
 #include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
 
@@ -41,14 +40,21 @@ Call make_transformed(std::string what, std::string name, std::vector<int64_t> g
 Array move_axis_to_front(const Array& a0, int axis) {
   Array a = a0.device().is_host() ? a0 : a0.to_host();
   if (axis == 0) return a;
+  // [P, X, Q] (P: the dims before the axis, X: the axis, Q: the dims after) -> [X, P, Q]
   const Shape& s = a.shape();
-  interp::Dims shape(s), str = interp::contiguous_strides(shape), ps, pstr;
-  ps.n = pstr.n = shape.n;
-  ps[0] = shape[axis], pstr[0] = str[axis];
-  for (int d = 0, k = 1; d < shape.n; ++d)
-    if (d != axis) ps[k] = shape[d], pstr[k++] = str[d];
-  Array r(ps.shape(), a.dtype());
-  interp::strided_copy(r.raw_data(), interp::contiguous_strides(ps), a.raw_data(), pstr, ps, itemsize(a.dtype()));
+  int64_t P = 1, Q = 1, X = s[static_cast<size_t>(axis)];
+  for (int d = 0; d < axis; ++d) P *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) Q *= s[d];
+  Shape ps{X};
+  for (size_t d = 0; d < s.size(); ++d)
+    if (static_cast<int>(d) != axis) ps.push_back(s[d]);
+  Array r(ps, a.dtype());
+  size_t row = static_cast<size_t>(Q) * itemsize(a.dtype());
+  const auto* src = static_cast<const unsigned char*>(a.raw_data());
+  auto* dst = static_cast<unsigned char*>(r.raw_data());
+  for (int64_t x = 0; x < X; ++x)
+    for (int64_t p = 0; p < P; ++p)
+      std::memcpy(dst + static_cast<size_t>(x * P + p) * row, src + static_cast<size_t>(p * X + x) * row, row);
   return r;
 }
 
