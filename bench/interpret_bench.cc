@@ -51,12 +51,10 @@ double median_ms(F&& f, int reps, double flops = 0) {
 // The f32 FMA rate of one core, per CPU-second: 24 independent chains of the widest vector
 // FMA this build targets (what the interpreter's GEMM can at best reach), run on as many
 // threads as the interpreter uses (cores running wide FMAs at once may clock lower).
-void fma_loop(long iters, float* sink) {
-#if defined(__AVX512F__)
-  typedef float vf __attribute__((vector_size(64)));
-#else
-  typedef float vf __attribute__((vector_size(32)));
-#endif
+// Two builds of the loop, as the interpreter's GEMM has (src/backends/interpret/sgemm.h):
+// 512-bit vectors where the CPU has AVX-512, else 128-bit ones of the portable build.
+template <class vf>
+__attribute__((always_inline)) inline void fma_chains(long iters, float* sink) {
   constexpr int L = sizeof(vf) / 4, N = 24;
   vf acc[N], a, b;
   for (int i = 0; i < N; ++i)
@@ -64,14 +62,32 @@ void fma_loop(long iters, float* sink) {
   for (int j = 0; j < L; ++j) a[j] = 0.999999f, b[j] = 1e-7f;
   for (long it = 0; it < iters; ++it) {
 #pragma GCC unroll 24
-    for (int i = 0; i < N; ++i) {
-      asm volatile("" : "+v"(a));
-      acc[i] = acc[i] * a + b;
-    }
+    for (int i = 0; i < N; ++i) acc[i] = acc[i] * a + b;  // 24 independent chains (no fast-math: no closed form)
   }
   float s = 0;
   for (int i = 0; i < N; ++i) s += acc[i][0];
   *sink = s;
+}
+#if defined(__x86_64__)
+__attribute__((target("avx512f,fma"))) void fma_loop_avx512(long iters, float* sink) {
+  typedef float vf __attribute__((vector_size(64)));
+  fma_chains<vf>(iters, sink);
+}
+__attribute__((target("avx2,fma"))) void fma_loop_avx2(long iters, float* sink) {
+  typedef float vf __attribute__((vector_size(32)));
+  fma_chains<vf>(iters, sink);
+}
+#endif
+// The widest FMA the interpreter's GEMM uses here (PALLAS_INTERPRET_ISA caps both alike).
+void fma_loop(long iters, float* sink) {
+#if defined(__x86_64__)
+  const char* f = std::getenv("PALLAS_INTERPRET_ISA");
+  std::string cap = f ? f : "";
+  if ((cap.empty() || cap == "avx512") && __builtin_cpu_supports("avx512f")) return fma_loop_avx512(iters, sink);
+  if (cap != "portable" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return fma_loop_avx2(iters, sink);
+#endif
+  typedef float vf __attribute__((vector_size(16)));
+  fma_chains<vf>(iters, sink);
 }
 
 double fma_peak_gflops(long iters, int reps) {

@@ -22,6 +22,10 @@
 int main(int argc, char** argv) {
   const char* b = std::getenv("PALLAS_TEST_BACKEND");
   std::string backend = b ? b : "";
+  // Compiled kernels go under the build tree, not the user's ~/.cache (unless asked otherwise).
+#ifdef PALLAS_TEST_CACHE_DIR
+  setenv("PALLAS_CACHE_DIR", PALLAS_TEST_CACHE_DIR, 0);
+#endif
   bool listing = false;
   for (int k = 1; k < argc; ++k) listing = listing || std::strncmp(argv[k], "--gtest_list_tests", 18) == 0;
   if (backend == "interpret") {

@@ -206,7 +206,8 @@ core::BlockMapping slot_block(const std::string& what, const core::PallasCall& c
     m.outvars.push_back(m.invars.back());
   }
   for (auto& p : c.grid.prefetch) m.invars.push_back(ir::new_var(ir::Aval::ref(p.shape, p.dtype, MemorySpace::Smem)));
-  m.outvars.push_back(ir::Literal::of_int(0, DType::I32));
+  m.outvars.resize(m.outvars.size() + 1);  // (not push_back of a temporary: GCC 12 warns falsely)
+  m.outvars.back() = ir::Literal::of_int(0, DType::I32);
   b.index_map = std::make_shared<const ir::Jaxpr>(std::move(m));
   return b;
 }

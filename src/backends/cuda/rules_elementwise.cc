@@ -24,11 +24,6 @@ void elementwise(Emitter& E, const ir::Eqn& e, const std::function<std::string(c
   });
 }
 
-LowerRule call1(const std::string& fn) {
-  return [fn](Emitter& E, const ir::Eqn& e) {
-    elementwise(E, e, [&](const std::vector<std::string>& a, const std::string& C) { return fn + "(" + a[0] + ")"; });
-  };
-}
 LowerRule callC(const std::string& fn) {  // templated helper, explicit compute type
   return [fn](Emitter& E, const ir::Eqn& e) {
     elementwise(E, e, [&](const std::vector<std::string>& a, const std::string& C) {

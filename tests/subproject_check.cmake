@@ -1,0 +1,32 @@
+# CTest build.as_subproject: Pallas added with add_subdirectory to someone else's project
+# builds only the library and leaves the parent's cache alone (issue 9, a good citizen).
+# Configure only (no build): run as cmake -DSRC=<pallas source> -DWORK=<scratch dir> -P this.
+cmake_policy(SET CMP0007 NEW)
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/parent)
+file(WRITE ${WORK}/parent/CMakeLists.txt "cmake_minimum_required(VERSION 3.25)
+project(parent LANGUAGES CXX)
+add_subdirectory(${SRC} pallas)
+add_executable(app app.cc)
+target_link_libraries(app PRIVATE pallas::pallas)
+")
+file(WRITE ${WORK}/parent/app.cc "#include <pallas/pallas.h>\nint main() { return pallas::cuda_available() ? 0 : 0; }\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${WORK}/parent -B ${WORK}/build RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "configuring a parent project failed:\n${err}")
+endif()
+file(STRINGS ${WORK}/build/CMakeCache.txt cache)
+foreach(want "CMAKE_BUILD_TYPE:STRING=" "PALLAS_BUILD_TESTS:BOOL=OFF" "PALLAS_BUILD_EXAMPLES:BOOL=OFF" "PALLAS_BUILD_BENCH:BOOL=OFF"
+             "PALLAS_BUILD_FUZZ:BOOL=OFF" "PALLAS_NATIVE_ARCH:BOOL=OFF")
+  list(FIND cache "${want}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the parent's cache lacks '${want}'")
+  endif()
+endforeach()
+foreach(target pallas_tests pallas_demo pallas_fuzz cuda_bench)
+  if(EXISTS ${WORK}/build/pallas/tests/CMakeFiles/${target}.dir OR EXISTS ${WORK}/build/pallas/examples/CMakeFiles/${target}.dir
+     OR EXISTS ${WORK}/build/pallas/fuzz/CMakeFiles/${target}.dir OR EXISTS ${WORK}/build/pallas/bench/CMakeFiles/${target}.dir)
+    message(FATAL_ERROR "${target} is part of the parent's build")
+  endif()
+endforeach()
+message(STATUS "as a subproject: only the library, the parent's cache untouched")
