@@ -69,9 +69,9 @@ Driver load() {
   CUdevice dev;
   d.cuDeviceGet(&dev, 0);
   int major = 0, minor = 0;
-  d.cuDeviceGetAttribute(&major, 75, dev);  // COMPUTE_CAPABILITY_MAJOR
-  d.cuDeviceGetAttribute(&minor, 76, dev);  // COMPUTE_CAPABILITY_MINOR
-  d.cuDeviceGetAttribute(&d.max_smem_optin, 97, dev);  // MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+  d.cuDeviceGetAttribute(&major, kComputeCapabilityMajor, dev);
+  d.cuDeviceGetAttribute(&minor, kComputeCapabilityMinor, dev);
+  d.cuDeviceGetAttribute(&d.max_smem_optin, kMaxSharedMemoryPerBlockOptin, dev);
   d.arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
   if (d.cuDevicePrimaryCtxRetain(&g_ctx, dev) != 0) {
     d.why = "could not create a CUDA context on device 0";
@@ -111,7 +111,7 @@ void* dev_alloc(int device, size_t bytes) {
   }
   CUdeviceptr p = 0;
   CUresult r = driver().cuMemAlloc(&p, n);
-  if (r == 2) {  // out of memory: give the cache back and try once more
+  if (r == kErrorOutOfMemory) {  // give the cache back and try once more
     std::lock_guard<std::mutex> g(P.mu);
     for (auto& [sz, q] : P.free) driver().cuMemFree(q);
     P.free.clear();
@@ -183,7 +183,7 @@ void check(CUresult r, const std::string& what) {
   const char* s = nullptr;
   if (driver().cuGetErrorString) driver().cuGetErrorString(r, &s);
   std::string msg = std::string("CUDA error ") + std::to_string(r) + " (" + (s ? s : "?") + ") " + what;
-  if (r == 2) msg += ": out of device memory";
+  if (r == kErrorOutOfMemory) msg += ": out of device memory";
   throw Error(msg);
 }
 

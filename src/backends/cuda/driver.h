@@ -14,6 +14,13 @@ using CUstream = void*;
 using CUevent = void*;
 using CUdeviceptr = unsigned long long;
 
+// Values of cuda.h's enums this file's users need (cuda.h itself is not included here: its
+// macros rename the entry points, e.g. cuMemAlloc to cuMemAlloc_v2).
+constexpr int kComputeCapabilityMajor = 75;        // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kComputeCapabilityMinor = 76;        // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+constexpr int kMaxSharedMemoryPerBlockOptin = 97;  // CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+constexpr CUresult kErrorOutOfMemory = 2;          // CUDA_ERROR_OUT_OF_MEMORY
+
 struct Driver {
   bool ok = false;
   std::string why;  // when !ok

@@ -15,6 +15,12 @@
 #include "src/backends/cuda/driver.h"
 #include "src/core/backend_registry.h"
 #include "src/core/print_format.h"
+
+// driver.h's copies of cuda.h's enum values must agree with cuda.h (included above).
+static_assert(pallas::cuda::kComputeCapabilityMajor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+static_assert(pallas::cuda::kComputeCapabilityMinor == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+static_assert(pallas::cuda::kMaxSharedMemoryPerBlockOptin == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+static_assert(pallas::cuda::kErrorOutOfMemory == CUDA_ERROR_OUT_OF_MEMORY);
 #include "src/ir/dependence.h"
 #include "src/runtime/buffer.h"
 
@@ -44,7 +50,7 @@ CUfunction load(const std::shared_ptr<const Compiled>& c, const std::string& wha
   if (smem > static_cast<size_t>(d.max_smem_optin))
     throw Error(what + ": the kernel needs " + std::to_string(smem) + " bytes of shared memory (scratch + exchanges) but the device allows " +
                 std::to_string(d.max_smem_optin) + "; use smaller blocks");
-  if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, 8, static_cast<int>(smem)), what + ": raising the shared-memory limit");
+  if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)), what + ": raising the shared-memory limit");
   loaded[c.get()] = {f, c};
   return f;
 }
