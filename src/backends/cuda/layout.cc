@@ -65,7 +65,6 @@ RefFacts block(const core::BlockMapping& bm) {
 }
 
 struct Pass {
-  int threads;
   std::unordered_map<int64_t, RefFacts> refs;
   std::unordered_map<int64_t, int64_t> divisor;
   struct Site {
@@ -189,7 +188,6 @@ LayoutPlan plan_layout(const core::PallasCall& call, int threads) {
   const core::GridMapping& gm = call.grid;
   const ir::Jaxpr& k = *call.kernel;
   Pass P;
-  P.threads = threads;
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   for (size_t a = 0; a < np; ++a) P.refs[k.invars[a].id] = whole("prefetch " + std::to_string(a), gm.prefetch[a]);
   for (size_t a = 0; a < nin; ++a) P.refs[k.invars[np + a].id] = block(gm.inputs[a]);

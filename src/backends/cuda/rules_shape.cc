@@ -145,7 +145,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
     E.line(T + " " + acc + " = " + init_value(id, t) + ";");
     E.foreach(in.shape, [&] { E.line(acc + " = " + combine(id, T, acc, "ld(" + E.elem(e.in[0], "k") + ")") + ";"); });
     // Warp shuffles (4/8-byte compute types), then one partial per warp through shared memory.
-    bool shfl = T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64";
+    bool shfl = shuffles(T);
     int parts = shfl ? E.nt / 32 : E.nt;
     if (shfl)
       E.line("for (int o_ = 16; o_ > 0; o_ >>= 1) " + acc + " = " + combine(id, T, acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o_)") + ";");
