@@ -4,11 +4,14 @@
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
 # Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench;
-# default build,tests,fuzz,sanitize). Carry .deps (GoogleTest sources: the image has no libgtest).
+# default build,tests,fuzz,sanitize; `regress` runs only the fuzzer's regression tests and the
+# CUDA-lowering tests on the GPU, a minute's check). FUZZ_COUNT and FUZZ_SECONDS size the
+# campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
 set -u
 OUT=${OUT:-/tmp/out}
 STEPS=${1:-build,tests,fuzz,sanitize}
 FUZZ_COUNT=${FUZZ_COUNT:-10000}
+FUZZ_SECONDS=${FUZZ_SECONDS:-400}
 mkdir -p "$OUT"
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 export PALLAS_CACHE_DIR=/tmp/pallas-cache
@@ -33,9 +36,16 @@ if has tests; then
   ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
   echo "ctest CUDA-lowering tests rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
 fi
+if has regress; then
+  PALLAS_TEST_BACKEND=cuda build-gpu/tests/pallas_tests --gtest_filter='FuzzRegression.*:Atomics.*' > "$OUT/regress.log" 2>&1
+  echo "regressions on the GPU rc=$?"; grep -E "PASSED|FAILED" "$OUT/regress.log" | tail -8
+  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
+  echo "ctest CUDA-lowering tests rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
+fi
 if has fuzz && [ -x build-gpu/fuzz/pallas_fuzz ]; then
   t0=$(date +%s)
-  timeout 420 build-gpu/fuzz/pallas_fuzz --seed 20261203 --count "$FUZZ_COUNT" --threads 16 --max-seconds 400 > "$OUT/fuzz.log" 2>&1
+  timeout $((FUZZ_SECONDS + 30)) build-gpu/fuzz/pallas_fuzz --seed 20261203 --count "$FUZZ_COUNT" --threads 16 --max-seconds "$FUZZ_SECONDS" \
+    --shrink-seconds 20 > "$OUT/fuzz.log" 2>&1
   echo "fuzz rc=$? in $(( $(date +%s) - t0 )) s"; tail -15 "$OUT/fuzz.log"
 fi
 if has sanitize && command -v compute-sanitizer >/dev/null; then
