@@ -1,5 +1,7 @@
 #include "src/backends/cuda/layout.h"
 
+#include "src/backends/cuda/lower.h"  // row_major_strides
+
 #include <algorithm>
 #include <cstdlib>
 #include <numeric>
@@ -28,18 +30,12 @@ struct RefFacts {
   int64_t last_edge = kAligned;
 };
 
-std::vector<int64_t> row_major(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
-  return st;
-}
-
 RefFacts whole(const std::string& what, const ShapeDtype& sd) {
   RefFacts f;
   f.what = what;
   f.dtype = sd.dtype;
   f.shape = sd.shape;
-  f.stride = row_major(sd.shape);
+  f.stride = row_major_strides(sd.shape);
   f.last_edge = sd.shape.empty() ? kAligned : div_of_size(sd.shape.back());
   return f;
 }
@@ -50,7 +46,7 @@ RefFacts block(const core::BlockMapping& bm) {
   RefFacts f;
   f.what = bm.what;
   f.dtype = bm.array.dtype;
-  auto ast = row_major(bm.array.shape), bst = row_major(bm.block_shape);
+  auto ast = row_major_strides(bm.array.shape), bst = row_major_strides(bm.block_shape);
   f.base = 0;
   for (size_t d = 0; d < ast.size(); ++d) f.base = gcd(f.base, bm.block_shape[d] * ast[d]);
   if (f.base == 0) f.base = kAligned;

@@ -30,6 +30,11 @@ std::string ctype(DType t) {
   }
   return "?";
 }
+std::vector<int64_t> row_major_strides(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
+  return st;
+}
 std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ? "float" : ctype(t); }
 
 void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth) * 2, ' ') << s << "\n"; }

@@ -22,6 +22,7 @@ namespace pallas::cuda {
 const char* prelude();
 std::string ctype(DType t);      // storage type in generated code
 std::string compute_type(DType t);  // arithmetic type (float for f16/bf16)
+std::vector<int64_t> row_major_strides(const Shape& s);  // in elements
 
 struct RefInfo {
   std::string base;  // expression of type T* pointing at the view's element 0

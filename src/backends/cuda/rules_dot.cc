@@ -77,7 +77,7 @@ void dot_simt(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, bool tf3
 // and the columns K..KP (KP: K rounded up to the instruction's k) hold zeros.
 struct MmaTiles {
   int64_t KS = 0, KP = 0;
-  size_t a_off = 0, b_off = 0, c_off = 0, end = 0;
+  size_t a_off = 0, b_off = 0, end = 0;
 };
 
 MmaTiles mma_tiles(const DotShape& d, DType t, const MmaKind& m) {
@@ -91,8 +91,7 @@ MmaTiles mma_tiles(const DotShape& d, DType t, const MmaKind& m) {
   auto align = [](size_t x) { return (x + 15) & ~size_t{15}; };
   g.a_off = 0;
   g.b_off = align(static_cast<size_t>(d.M * g.KS * item));
-  g.c_off = align(g.b_off + static_cast<size_t>(d.N * g.KS * item));
-  g.end = align(g.c_off + static_cast<size_t>(d.M * d.N * 4));
+  g.end = align(g.b_off + static_cast<size_t>(d.N * g.KS * item));
   return g;
 }
 
@@ -126,11 +125,9 @@ MmaGrid mma_grid(const Emitter& E, const DotShape& d) {
   return q;
 }
 
-// Declares this thread's fragments, zero.
-std::string declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m) {
-  std::string f = E.fresh("frag");
-  E.line(std::string(m.acc) + " " + f + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4] = {};");
-  return f;
+// Declares this thread's fragments (zero when asked).
+void declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m, const std::string& name, bool zero) {
+  E.line(std::string(m.acc) + " " + name + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4]" + (zero ? " = {};" : ";"));
 }
 
 // Emits `for each tile of this warp, for each accumulator register` with i, j (the element's
@@ -215,20 +212,23 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
   E.sync();  // the operand tiles are read until here
 }
 
-// Fragments <-> a tile in the blocked layout, through an M x N tile in the exchange region.
-void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const std::string& frag, const ir::Var& out) {
+// Fragments <-> a tile in the blocked layout, through an M x N tile in the exchange region
+// (at its start: the operand tiles there are dead once mma_accumulate has synced).
+std::string exchange_tile(Emitter& E, const DotShape& d, const MmaKind& m) {
   E.reserve(0, ir::Aval::array({d.M, d.N}, DType::F32));
   std::string xc = E.fresh("xc");
   E.line(std::string(m.acc) + "* " + xc + " = (" + m.acc + "*)(smem + " + std::to_string(E.xoff) + ");");
+  return xc;
+}
+void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const std::string& frag, const ir::Var& out) {
+  std::string xc = exchange_tile(E, d, m);
   foreach_fragment(E, d, q, [&] { E.line(xc + "[i * " + std::to_string(d.N) + " + j] = " + frag + "[t][s][r];"); });
   E.sync();
   E.foreach(out.aval.shape, [&] { E.line(E.elem(out, "k") + " = cv<" + ctype(out.aval.dtype) + ">(" + xc + "[e]);"); });
   E.sync();
 }
 void tile_to_fragments(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const ir::Atom& in, const std::string& frag) {
-  E.reserve(0, ir::Aval::array({d.M, d.N}, DType::F32));
-  std::string xc = E.fresh("xc");
-  E.line(std::string(m.acc) + "* " + xc + " = (" + m.acc + "*)(smem + " + std::to_string(E.xoff) + ");");
+  std::string xc = exchange_tile(E, d, m);
   if (Emitter::scalar_like(ir::atom_aval(in))) {
     foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = (" + m.acc + ")ld(" + E.name(in) + ");"); });
     return;
@@ -267,7 +267,8 @@ void dot(Emitter& E, const ir::Eqn& e) {
   E.declare(o);
   if (m) {
     MmaGrid q = mma_grid(E, d);
-    std::string frag = declare_fragments(E, q, *m);
+    std::string frag = E.fresh("frag");
+    declare_fragments(E, q, *m, frag, /*zero=*/true);
     mma_accumulate(E, e, d, t, *m, q, frag);
     fragments_to_tile(E, d, q, *m, frag, o);
     return;
@@ -330,7 +331,7 @@ void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& i
   DotShape d = dot_shape(*fc.dot);
   const MmaKind* m = mma_kind_of(E, *fc.dot);
   MmaGrid q = mma_grid(E, d);
-  E.line(std::string(m->acc) + " " + fc.frag + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4];");
+  declare_fragments(E, q, *m, fc.frag, /*zero=*/false);
   tile_to_fragments(E, d, q, *m, init, fc.frag);
   E.dot_into_fragments[fc.dot] = fc.frag;
   E.absorbed.insert(fc.add);

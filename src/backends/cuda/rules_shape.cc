@@ -8,12 +8,6 @@ using ir::PrimId;
 
 namespace {
 
-std::vector<int64_t> strides_of(const Shape& s) {
-  std::vector<int64_t> st(s.size(), 1);
-  for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
-  return st;
-}
-
 std::string init_value(PrimId id, DType t) {
   std::string T = compute_type(t);
   if (id == PrimId::reduce_sum) return "(" + T + ")0";
@@ -168,7 +162,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   E.reserve(0, in);
   std::string xs = E.put_shared(e.in[0], 0);
   E.sync();
-  auto st = strides_of(in.shape);
+  auto st = row_major_strides(in.shape);
   Shape kept, rs;
   std::vector<int64_t> kst, rst;
   for (size_t d = 0; d < in.shape.size(); ++d) (red[d] ? rs : kept).push_back(in.shape[d]), (red[d] ? rst : kst).push_back(st[d]);
@@ -228,7 +222,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
       return;
     }
     auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
-    auto st = strides_of(in.shape);
+    auto st = row_major_strides(in.shape);
     gather(E, e, [&](const std::vector<std::string>& oi) {
       std::string s = "0";
       for (size_t j = 0; j < in.shape.size(); ++j)
@@ -243,7 +237,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     ir::Aval in = ir::atom_aval(e.in[0]);
     if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
     auto perm = e.params.get<std::vector<int64_t>>("permutation");
-    auto st = strides_of(in.shape);
+    auto st = row_major_strides(in.shape);
     gather(E, e, [&](const std::vector<std::string>& oi) {
       std::string s = "0";
       for (size_t d = 0; d < perm.size(); ++d) s += " + " + oi[d] + " * " + std::to_string(st[static_cast<size_t>(perm[d])]);
@@ -258,7 +252,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     int ax = static_cast<int>(e.params.get_int("axis"));
     if (ax < 0) ax += in.ndim();
     std::string T = compute_type(in.dtype);
-    auto st = strides_of(in.shape);
+    auto st = row_major_strides(in.shape);
     Shape kept;
     std::vector<int64_t> kst;
     for (int d = 0; d < in.ndim(); ++d)
@@ -287,7 +281,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     int ax = static_cast<int>(e.params.get_int("axis"));
     if (ax < 0) ax += in.ndim();
     std::string T = compute_type(in.dtype);
-    auto st = strides_of(in.shape);
+    auto st = row_major_strides(in.shape);
     const ir::Var& o = e.out[0];
     E.declare(o);
     E.reserve(0, in);
