@@ -251,3 +251,52 @@ TEST(FuzzRegression, Seed20261203Kernel6955) {
   std::vector<pl::Array> ins = {};
   EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {0}), "");
 }
+
+// A masked load of the output block, then a masked store to it through a view of another shape
+// (other threads own the elements): the GPU stored before some threads had loaded (a
+// write-after-read race between threads). Writes now wait for a barrier after any read
+// (Emitter::sync_before_write).
+// pallas_fuzz --seed 20261203 --index 9574 (shrunk): mismatch: outputs differ between the backends
+// grid (1,1), 1 inputs, 1 outputs, 30 ops
+TEST(FuzzRegression, Seed20261203Kernel9574) {
+  auto kernel = [](const std::vector<pl::Ref>& r) {
+    pl::Value v0 = pl::load(r[0], {pl::all});
+    pl::Value v1 = pl::program_id(1);
+    pl::Value v2 = pl::broadcast_to(v1, pl::Shape{12, 7, 1});
+    pl::Value v3 = v2.astype(pl::f64);
+    pl::store(r[1], {pl::all, pl::all, pl::all}, v3);
+    pl::Value v4 = pl::iota(pl::i32, pl::Shape{12, 7, 1}, 0);
+    pl::Value v5 = pl::Value::constant(0, pl::i32);
+    pl::Value v6 = pl::Value(int64_t{12});
+    pl::Value v7 = pl::mul(v5, v6);
+    pl::Value v8 = pl::add(v4, v7);
+    pl::Value v9 = pl::Value(int64_t{6});
+    pl::Value v10 = pl::lt(v8, v9);
+    pl::Value v11 = pl::iota(pl::i32, pl::Shape{12, 7, 1}, 0);
+    pl::Value v12 = pl::Value::constant(0, pl::i32);
+    pl::Value v13 = pl::Value(int64_t{12});
+    pl::Value v14 = pl::mul(v12, v13);
+    pl::Value v15 = pl::add(v11, v14);
+    pl::Value v16 = pl::Value(int64_t{6});
+    pl::Value v17 = pl::lt(v15, v16);
+    pl::Value v18 = pl::bitwise_and(v17, v10);
+    pl::Value v19 = pl::Value::constant(0.001, pl::f64);
+    pl::Value v20 = pl::load(r[1], {pl::all, pl::all, pl::all}, {.mask = v18, .other = v19});
+    pl::Value v21 = pl::full(pl::Shape{12, 7, 8}, 1, pl::f64).value_();
+    pl::Value v22 = pl::iota(pl::i32, pl::Shape{12, 7, 8}, 2);
+    pl::Value v23 = pl::Value(int64_t{1});
+    pl::Value v24 = pl::lt(v22, v23);
+    pl::store(r[1], {pl::all, pl::all, pl::ds(0, 8)}, v21, {.mask = v24});
+    pl::Value v25 = pl::full(pl::Shape{12, 7, 1}, 1, pl::f64).value_();
+    pl::Value v26 = pl::add(v25, v20);
+    pl::store(r[1], {pl::all, pl::all, pl::all}, v26);
+  };
+  pl::CallOptions opts{.grid = {1, 1},
+                       .dimension_semantics = {pl::parallel, pl::sequential},
+                       .in_specs = {pl::BlockSpec()},
+                       .out_specs = {pl::BlockSpec({12, 7, 1}, [](pl::Value i, pl::Value j) { return pl::idx(0, 0, 0); })},
+                       .name = "fuzz_20261203_9574"};
+  std::vector<pl::ShapeDtype> outs = {pl::ShapeDtype(pl::Shape{6, 7, 1}, pl::f64)};
+  std::vector<pl::Array> ins = {fuzz::input(pl::Shape{48}, pl::u32, 2732924225607891063u)};
+  EXPECT_EQ(fuzz::run_and_compare(kernel, outs, opts, ins, {1e-10}), "");
+}

@@ -166,12 +166,14 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
 }
 
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
+  unsynced_reads = true;  // a loop's previous iteration, or the code before a branch, may have read
   for (const ir::Eqn& e : j.eqns) {
     if (absorbed.count(&e)) continue;
     const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
     if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
     r(*this, e);
   }
+  unsynced_reads = true;
 }
 
 namespace {

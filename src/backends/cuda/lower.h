@@ -103,7 +103,17 @@ class Emitter {
   // region) and returns the name of a typed pointer to it. Caller syncs.
   std::string put_shared(const ir::Atom& a, size_t off);
   size_t reserve(size_t off, const ir::Aval& a);  // returns the next free offset
-  void sync() { line("__syncthreads();"); }
+  void sync() {
+    line("__syncthreads();");
+    unsynced_reads = false;
+  }
+  // A ref was read since the last barrier: a later write by another thread to an element read
+  // there is a write-after-read hazard, so writes first sync (sync_before_write). Conservative
+  // across control flow: each sub-block starts and ends with it set.
+  bool unsynced_reads = false;
+  void sync_before_write() {
+    if (unsynced_reads) sync();
+  }
   // Lowers a jaxpr's equations in the current scope (invars must already be bound).
   void emit_eqns(const ir::Jaxpr& j);
   // Binds sub-jaxpr invars to outer atoms (values by name, refs by RefInfo).

@@ -155,6 +155,7 @@ void load(Emitter& E, const ir::Eqn& e) {
   const ir::Atom* other = e.params.get_bool("has_other") ? &e.in[k++] : nullptr;
   std::string T = ctype(o.aval.dtype);
   E.declare(o);
+  E.unsynced_reads = true;
   if (int W = vector_width(E, e); W > 1) {
     std::string VT = "Vec<" + T + ", " + std::to_string(W) + ">";
     foreach_vector_piece(E, p, W, [&](int q, const std::string& ptr, const std::string& ok) {
@@ -189,6 +190,7 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
   Plan p = plan(E, e, shape);
   const ir::Atom* mask = e.params.get_bool("has_mask") ? &e.in[p.after_dyn] : nullptr;
   std::string T = ctype(p.ref.dtype);
+  E.sync_before_write();
   if (returns_old) E.declare(e.out[0]);
   bool single = shape_size(shape) == 1;
   if (returns_old) {
@@ -236,6 +238,7 @@ void addupdate(Emitter& E, const ir::Eqn& e) {
   Plan p = plan(E, e, shape);
   std::string T = ctype(p.ref.dtype), C = compute_type(p.ref.dtype);
   bool single = shape_size(shape) == 1;
+  E.sync_before_write();
   E.foreach(shape, [&] {
     std::string ok;
     std::string addr = address(E, p, &ok);
@@ -273,6 +276,7 @@ void atomic(Emitter& E, const ir::Eqn& e) {
   bool bitwise = !cas && (op == ir::AtomicOp::And || op == ir::AtomicOp::Or || op == ir::AtomicOp::Xor);
   if (bitwise && !is_integer(t)) E.fail(e, "bitwise atomics take integer refs");
   bool single = Emitter::scalar_like(o.aval);
+  E.sync_before_write();
   E.declare(o);
   E.foreach(o.aval.shape, [&] {
     std::string ok;
