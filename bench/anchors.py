@@ -67,6 +67,21 @@ def torch_anchors():
         q = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
         ms = torch_time(lambda: p @ q, reps=20)
         emit(workload=f"bf16 matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    # the user-written matmul rows of cuda_bench: relu(x W + b), x W^T (linear), tf32
+    s = 4096
+    p = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    q = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    bias = torch.randn(s, device=dev, dtype=torch.bfloat16)
+    ms = torch_time(lambda: torch.relu(torch.addmm(bias, p, q)), reps=20)
+    emit(workload=f"bf16 relu(x W + b) {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    ms = torch_time(lambda: torch.nn.functional.linear(p, q), reps=20)
+    emit(workload=f"bf16 x W^T {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    pf, qf = p.float(), q.float()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    ms = torch_time(lambda: pf @ qf, reps=20)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    emit(workload=f"f32 (tf32) matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    del p, q, pf, qf
     B, H, S, D = 4, 16, 4096, 128
     q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
     k = torch.randn_like(q)

@@ -171,44 +171,57 @@ int main() {
     double ms = median_ms([&] { out = k(x, y); }, 20);
     std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
   }
-  {  // bf16 matmul with a bias + relu epilogue, written as a user writes it (a K loop of pl::dot)
-    for (int64_t n : {2048, 4096}) {
-      int64_t bm = 128, bn = 128, bk = 64;
-      auto k = pl::pallas_call(
-          [n, bm, bn, bk](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o) {
-            pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
-              return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
-            });
-            o[pl::all] = pl::maximum(acc + bias[pl::all].astype(pl::f32), 0.f).astype(pl::bf16);
-          },
-          pl::ShapeDtype({n, n}, pl::bf16),
-          {.grid = {n / bm, n / bn},
-           .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
-                        pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
-                        pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
-           .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-           .name = "matmul_bias_relu", .compiler_params = {.num_warps = 8}});
-      auto a = pl::random::normal({n, n}, pl::bf16, 4).to(pl::Device::cuda(0));
-      auto b = pl::random::normal({n, n}, pl::bf16, 5).to(pl::Device::cuda(0));
-      auto bias = pl::random::normal({1, n}, pl::bf16, 6).to(pl::Device::cuda(0));
-      pl::Array out;
-      double t0 = now_ms();
-      out = k(a, b, bias);
-      auto first = out.to_vector<float>();
-      double first_ms = now_ms() - t0;
-      double ms = median_ms([&] { out = k(a, b, bias); }, 5);
-      auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = bias.to_vector<float>(), ov = out.to_vector<float>();
-      double err = 0;
-      for (int64_t i = 0; i < n; i += 509)
-        for (int64_t j = 0; j < n; j += 263) {
-          double s = 0;
-          for (int64_t q = 0; q < n; ++q) s += (double)av[i * n + q] * bv[q * n + j];
-          double want = std::max(0.0, s + cv[j]);
-          err = std::max(err, std::fabs(ov[i * n + j] - want) / (1 + std::fabs(want)));
-        }
-      std::printf("bf16_matmul_bias_relu_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err,
-                  first_ms);
-    }
+  // Matmuls written as a user writes them: a K loop of pl::dot over (bm, bk) x (bk, bn) slices
+  // of whole-K blocks, f32 accumulation, then the epilogue. Variants: bf16 with a bias + relu
+  // epilogue, bf16 x W^T (trans_b, as a linear layer), f16, f32 (tf32 dots).
+  struct MatmulCase {
+    const char* name;
+    pl::DType t;
+    bool tb, epilogue;
+    int64_t n;
+  };
+  for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 2048}, MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 4096},
+                               MatmulCase{"bf16_x_wT", pl::bf16, true, false, 4096}, MatmulCase{"f16_matmul", pl::f16, false, false, 4096},
+                               MatmulCase{"f32_tf32_matmul", pl::f32, false, false, 4096}}) {
+    int64_t n = mc.n, bm = 128, bn = 128, bk = mc.t == pl::f32 ? 32 : 64;
+    bool tb = mc.tb, epi = mc.epilogue;
+    pl::DType t = mc.t;
+    auto k = pl::pallas_call(
+        [n, bm, bn, bk, tb, epi, t](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o) {
+          pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+            pl::Value y = tb ? b(pl::all, pl::ds(kk * bk, bk)) : b(pl::ds(kk * bk, bk), pl::all);
+            return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), y, {.trans_b = tb});
+          });
+          if (epi) acc = pl::maximum(acc + bias[pl::all].astype(pl::f32), 0.f);
+          o[pl::all] = acc.astype(t);
+        },
+        pl::ShapeDtype({n, n}, t),
+        {.grid = {n / bm, n / bn},
+         .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                      tb ? pl::BlockSpec({bn, n}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
+                         : pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
+                      pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+         .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+         .name = mc.name, .compiler_params = {.num_warps = 8}});
+    auto a = pl::random::normal({n, n}, t, 4).to(pl::Device::cuda(0));
+    auto b = pl::random::normal({n, n}, t, 5).to(pl::Device::cuda(0));
+    auto bias = pl::random::normal({1, n}, t, 6).to(pl::Device::cuda(0));
+    pl::Array out;
+    double t0 = now_ms();
+    out = k(a, b, bias);
+    auto first = out.to_vector<float>();
+    double first_ms = now_ms() - t0;
+    double ms = median_ms([&] { out = k(a, b, bias); }, 5);
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = bias.to_vector<float>(), ov = out.to_vector<float>();
+    double err = 0;
+    for (int64_t i = 0; i < n; i += 509)
+      for (int64_t j = 0; j < n; j += 263) {
+        double s = 0;
+        for (int64_t q = 0; q < n; ++q) s += (double)av[i * n + q] * (tb ? bv[j * n + q] : bv[q * n + j]);
+        double want = epi ? std::max(0.0, s + cv[j]) : s;
+        err = std::max(err, std::fabs(ov[i * n + j] - want) / (1 + std::fabs(want)));
+      }
+    std::printf("%s_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err, first_ms);
   }
   return 0;
 }

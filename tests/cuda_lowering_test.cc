@@ -422,6 +422,12 @@ TEST(CudaLowering, DotLoopsOnTensorCores) {
       {pl::bf16, 64, 64, 128, 32, false, false, false, 4}, {pl::f16, 40, 24, 80, 40, false, true, false, 3},
       {pl::f32, 48, 32, 64, 16, true, false, false, 8},    {pl::i8, 32, 48, 128, 64, true, true, false, 4},
       {pl::bf16, 32, 32, 64, 32, false, false, true, 4},
+      // 64 rows or more on whole warpgroups: wgmma on sm_90a (swizzled operand tiles, MN-major
+      // for transposed 16-bit inputs; padding rows, K padding inside an instruction, n tiles)
+      {pl::bf16, 128, 128, 128, 64, false, false, false, 8}, {pl::f16, 96, 40, 80, 40, true, false, false, 4},
+      {pl::bf16, 64, 320, 64, 32, false, true, false, 4},   {pl::f32, 128, 72, 48, 24, true, true, false, 8},
+      {pl::i8, 64, 40, 96, 48, false, true, false, 4},      {pl::i8, 80, 32, 64, 64, true, false, false, 8},
+      {pl::bf16, 128, 64, 64, 32, false, false, true, 4},   {pl::f16, 64, 8, 16, 16, true, true, false, 4},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << pl::dtype_name(c.t) << " " << c.M << "x" << c.N << "x" << c.K << " ta " << c.ta << " tb " << c.tb

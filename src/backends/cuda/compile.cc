@@ -159,7 +159,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
       c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
     }
   }
-  if (!c->matmul && !c->attention) c->lowered = lower(call);
+  if (!c->matmul && !c->attention) c->lowered = lower(call, arch);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())

@@ -186,7 +186,7 @@ std::string sanitize(const std::string& s) {
 
 }  // namespace
 
-Lowered lower(const core::PallasCall& call) {
+Lowered lower(const core::PallasCall& call, const std::string& arch) {
   const core::GridMapping& gm = call.grid;
   int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
   Lowered L;
@@ -195,6 +195,7 @@ Lowered lower(const core::PallasCall& call) {
   std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(call.hash()));
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
+  E.wgmma = arch == "sm_90a";
   E.checks_enabled = call.debug;
   // The passes before emission: layouts and vector accesses (layout.h).
   LayoutPlan layout = plan_layout(call, L.threads);

@@ -80,6 +80,7 @@ class Emitter {
   std::unordered_map<const ir::Eqn*, std::string> dot_into_fragments;
   std::unordered_set<const ir::Eqn*> absorbed;
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
+  bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
 
   void line(const std::string& s);
   std::string fresh(const std::string& prefix = "t");
@@ -132,7 +133,7 @@ void emit_atomic_add(Emitter& E, DType t, const std::string& addr, const std::st
 using LowerRule = std::function<void(Emitter&, const ir::Eqn&)>;
 ir::RuleTable<LowerRule>& lowering_rules();
 
-// Whole call -> translation unit.
-Lowered lower(const core::PallasCall& call);
+// Whole call -> translation unit for `arch` (e.g. "sm_90a"; "" = any sm_80+ GPU).
+Lowered lower(const core::PallasCall& call, const std::string& arch = "");
 
 }  // namespace pallas::cuda

@@ -129,6 +129,14 @@ template <class C> __device__ __forceinline__ C p_round(C x) { return round(x); 
 template <class C> __device__ __forceinline__ C p_rsqrt(C x) { return C(1) / sqrt(x); }
 template <class C> __device__ __forceinline__ bool p_isfinite(C x) { return isfinite(x); }
 template <class C> __device__ __forceinline__ C p_erfinv(C x) { return erfinv(x); }
+// wgmma (sm_90a): a shared-memory matrix descriptor for the 128-byte swizzle (start address,
+// leading and stride byte offsets), and the proxy fence that makes st.shared writes visible to
+// the tensor cores' async proxy.
+__device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
+  u32 a = (u32)__cvta_generic_to_shared(p);
+  return (u64)((a & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) | ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ float tf32(float x) { u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 template <class T> __device__ __forceinline__ u32 ordkey(T v) { return 0; }
 template <class T> __device__ __forceinline__ T atom_apply(int op, T cur, T v) {

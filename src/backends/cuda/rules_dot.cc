@@ -109,17 +109,35 @@ void put_operand(Emitter& E, const ir::Atom& x, const std::string& dst, int64_t 
   });
 }
 
-// How the output tiles are spread over the warps: warp w takes tiles w, w + W, ... of 16
-// rows x 8*NS columns; each thread keeps `float frag[TPW][NS][4]` (TPW tiles per warp), so
-// the fragments stay in registers (every index is a compile-time constant).
+// How the output tiles are spread: with mma.sync, warp w takes tiles w, w + W, ... of 16 rows
+// x 8*NS columns; with wgmma, warpgroup g takes tiles g, g + W, ... of 64 rows x 8*NS columns
+// (its warp w % 4 holding rows 16 (w % 4) ..), one wgmma of n = 8*NS per k step. Either way
+// each thread keeps `acc frag[TPW][NS][4]` (TPW tiles per worker) in the m16n8 accumulator
+// layout, so the fragments stay in registers (every index is a compile-time constant).
 struct MmaGrid {
+  bool wg = false;  // wgmma (warpgroups) rather than mma.sync (warps)
   int64_t W, TM, NS, TN, TPW;
+  int64_t rows() const { return wg ? 64 : 16; }
 };
-MmaGrid mma_grid(const Emitter& E, const DotShape& d) {
+
+// wgmma for dots of 64 or more rows on sm_90a with whole warpgroups; mma.sync otherwise (small
+// dots waste less, and other GPUs have nothing else).
+bool use_wgmma(const Emitter& E, const DotShape& d) { return E.wgmma && E.nt % 128 == 0 && d.M >= 64; }
+
+MmaGrid mma_grid(const Emitter& E, const DotShape& d, const MmaKind& m) {
   MmaGrid q;
-  q.W = E.nt / 32;
-  q.TM = (d.M + 15) / 16;
-  q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
+  q.wg = use_wgmma(E, d);
+  if (q.wg) {
+    q.W = E.nt / 128;
+    q.TM = (d.M + 63) / 64;
+    int64_t step = m.k == 32 ? 16 : 8;  // wgmma's n: multiples of 8 (of 16 for 8-bit inputs)
+    int64_t np = (d.N + step - 1) / step * step;
+    q.NS = (np <= 256 ? np : 128) / 8;
+  } else {
+    q.W = E.nt / 32;
+    q.TM = (d.M + 15) / 16;
+    q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
+  }
   q.TN = (d.N + 8 * q.NS - 1) / (8 * q.NS);
   q.TPW = (q.TM * q.TN + q.W - 1) / q.W;
   return q;
@@ -135,8 +153,10 @@ void declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m, const std
 void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std::function<void()>& body) {
   E.line("#pragma unroll");
   E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
-  E.line("  const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ", g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
-  E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * 16, n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
+  E.line("  const int tile = (threadIdx.x >> " + std::string(q.wg ? "7" : "5") + ") + t * " + std::to_string(q.W) +
+         ", g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
+  E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * " + std::to_string(q.rows()) + (q.wg ? " + 16 * ((threadIdx.x >> 5) & 3)" : "") +
+         ", n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
   E.line("  #pragma unroll");
   E.line("  for (int s = 0; s < " + std::to_string(q.NS) + "; ++s)");
   E.line("    #pragma unroll");
@@ -152,8 +172,138 @@ void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std
   E.line("}");
 }
 
+// An operand of wgmma in shared memory with the 128-byte swizzle, as the tensor cores read it:
+// K-major (rows of MN, K contiguous: 128-byte rows of 128/item elements, column blocks of K one
+// after another) or MN-major (rows of K, MN contiguous: blocks of 64 MN columns one after
+// another; 16-bit inputs only). Within each 8-row, 128-byte atom, 16-byte chunk c of row r sits
+// at chunk c ^ (r % 8), so the 8 rows a fragment read (or a warp's 16-byte store) touches fall
+// in different banks. The wgmma descriptor of a 64-row (MN) block at k step ks: start(),
+// leading byte offset lbo() (between MN blocks, MN-major), stride byte offset 1024 (8 rows).
+struct SwizzledTile {
+  bool k_major = true;
+  int64_t item = 2, mn = 0, kp = 0;  // element size; MN and K extents as allocated
+  size_t off = 0, bytes = 0;         // from the 1024-aligned operand region
+  int64_t per_row() const { return 128 / item; }
+  std::string at(const std::string& m, const std::string& k) const {  // byte offset of (m, k)
+    std::string E = std::to_string(per_row()), I = std::to_string(item);
+    if (k_major)
+      return "((" + k + ") / " + E + ") * " + std::to_string(mn * 128) + " + (" + m + ") * 128 + (((((" + k + ") % " + E + ") * " + I +
+             " >> 4) ^ ((" + m + ") & 7)) << 4) + (((" + k + ") * " + I + ") & 15)";
+    return "((" + m + ") / " + E + ") * " + std::to_string(kp * 128) + " + (" + k + ") * 128 + (((((" + m + ") % " + E + ") * " + I +
+           " >> 4) ^ ((" + k + ") & 7)) << 4) + (((" + m + ") * " + I + ") & 15)";
+  }
+  std::string start(const std::string& m0, const std::string& ks, int64_t kinstr) const {
+    if (k_major)  // every instruction takes 32 bytes of K
+      return "((" + ks + ") * 32 / 128) * " + std::to_string(mn * 128) + " + (" + m0 + ") * 128 + ((" + ks + ") * 32) % 128";
+    return "((" + m0 + ") / 64) * " + std::to_string(kp * 128) + " + (" + ks + ") * " + std::to_string(kinstr * 128);
+  }
+  int64_t lbo() const { return k_major ? 16 : kp * 128; }
+};
+
+SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, int64_t kinstr) {
+  SwizzledTile t;
+  t.k_major = k_major;
+  t.item = item;
+  t.mn = (mn + 63) / 64 * 64;
+  int64_t kq = k_major ? t.per_row() : kinstr;
+  t.kp = (k + kq - 1) / kq * kq;
+  t.bytes = static_cast<size_t>(t.mn * t.kp * item);
+  return t;
+}
+
+// Writes operand x (rows x cols as the program holds it; rows are MN when rows_are_mn) into a
+// swizzled tile at `base`. Runs of the blocked layout that lie along the tile's contiguous
+// dimension go as 16-byte (or narrower) vector stores, conflict-free thanks to the swizzle.
+void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const SwizzledTile& L, bool rows_are_mn, DType t) {
+  ir::Aval av = ir::atom_aval(x);
+  int64_t cols = av.shape[1];
+  std::string T = ctype(t), C = std::to_string(cols);
+  auto value = [&](const std::string& k) { return t == DType::F32 ? "tf32(" + E.elem(x, k) + ")" : E.elem(x, k); };
+  auto where = [&](const std::string& flat) {
+    std::string r = "((" + flat + ") / " + C + ")", c = "((" + flat + ") % " + C + ")";
+    return rows_are_mn ? L.at(r, c) : L.at(c, r);
+  };
+  int64_t V = E.vec;
+  bool along = rows_are_mn == L.k_major;  // the program's rows run along the tile's contiguous dim
+  if (along && V > 1 && !Emitter::scalar_like(av) && shape_size(av.shape) % V == 0 && cols % V == 0) {
+    int64_t ep = std::min<int64_t>(V, 16 / L.item);  // elements per store
+    std::string VT = "Vec<" + T + ", " + std::to_string(ep) + ">";
+    E.foreach_run(av.shape, [&] {
+      for (int64_t p = 0; p < V / ep; ++p) {
+        std::string w = E.fresh("w");
+        E.line(VT + " " + w + ";");
+        for (int64_t i = 0; i < ep; ++i)
+          E.line(w + ".v[" + std::to_string(i) + "] = " + value("k0 + " + std::to_string(p * ep + i)) + ";");
+        E.line("*(" + VT + "*)(" + base + " + " + where("e + " + std::to_string(p * ep)) + ") = " + w + ";");
+      }
+    });
+    return;
+  }
+  E.foreach(av.shape, [&] { E.line("*(" + T + "*)(" + base + " + " + where("e") + ") = " + value("k") + ";"); });
+}
+
+// frag += A B on the tensor cores' asynchronous wgmma (sm_90a): both operands are written to
+// swizzled shared tiles (K padding zeroed), then each warpgroup issues its tiles' instructions
+// over K and waits for them.
+void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q, const std::string& frag) {
+  int64_t item = static_cast<int64_t>(itemsize(t));
+  bool narrow = item == 2;  // only 16-bit inputs may be MN-major (transposed) in wgmma
+  SwizzledTile A = swizzled_tile(!(narrow && d.ta), item, q.TM * 64, d.K, m.k);
+  SwizzledTile B = swizzled_tile(!(narrow && !d.tb), item, q.TN * 8 * q.NS, d.K, m.k);
+  A.off = 0;
+  B.off = (A.bytes + 1023) & ~size_t{1023};
+  E.reserve(0, ir::Aval::array({static_cast<int64_t>(B.off + B.bytes + 1024)}, DType::U8));
+  std::string wa = E.fresh("wa"), wb = E.fresh("wb");
+  E.line("unsigned char* " + wa + " = smem + " + std::to_string(E.xoff) + ";");
+  E.line(wa + " += (1024 - ((u32)__cvta_generic_to_shared(" + wa + ") & 1023)) & 1023;  // the swizzle atoms are 1024-aligned");
+  E.line("unsigned char* " + wb + " = " + wa + " + " + std::to_string(B.off) + ";");
+  put_swizzled(E, e.in[0], wa, A, !d.ta, t);
+  put_swizzled(E, e.in[1], wb, B, d.tb, t);
+  int64_t steps = (d.K + m.k - 1) / m.k, kpad = steps * m.k - d.K;
+  if (kpad > 0) {  // K padding inside the last instruction: zeros in both (0 * garbage may be NaN)
+    std::string T = ctype(t), P = std::to_string(kpad), K = std::to_string(d.K);
+    for (auto [base, L] : {std::pair{wa, A}, std::pair{wb, B}}) {
+      E.line("for (int z = threadIdx.x; z < " + std::to_string(L.mn * kpad) + "; z += " + std::to_string(E.nt) + ")");
+      E.line("  *(" + T + "*)(" + base + " + " + L.at("z / " + P, K + " + z % " + P) + ") = " + T + "{};");
+    }
+  }
+  E.line("fence_proxy_async();");
+  E.sync();
+  std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
+  std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
+  int64_t regs = 4 * q.NS;
+  std::string list, outs;
+  for (int64_t i = 0; i < regs; ++i) {
+    list += (i ? "," : "") + std::string("%") + std::to_string(i);
+    outs += (i ? ", " : "") + std::string(t == DType::I8 ? "\"+r\"(" : "\"+f\"(") + frag + "[t][" + std::to_string(i / 4) + "][" + std::to_string(i % 4) + "])";
+  }
+  std::string a_op = "%" + std::to_string(regs), b_op = "%" + std::to_string(regs + 1);
+  std::string tail = t == DType::I8 ? ", 1" : narrow ? ", 1, 1, 1, " + std::string(A.k_major ? "0" : "1") + ", " + (B.k_major ? "0" : "1") : ", 1, 1, 1";
+  E.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
+  E.line("#pragma unroll");
+  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
+  E.line("  const int tile = (threadIdx.x >> 7) + t * " + std::to_string(q.W) + ";");
+  E.line("  if (tile < " + std::to_string(q.TM * q.TN) + ") {");
+  E.line("    const int m0 = (tile / " + std::to_string(q.TN) + ") * 64, n0 = (tile % " + std::to_string(q.TN) + ") * " + n + ";");
+  E.line("    #pragma unroll");
+  E.line("    for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks) {");
+  E.line("      const u64 da = wg_desc(" + wa + " + " + A.start("m0", "ks", m.k) + ", " + std::to_string(A.lbo()) + ", 1024);");
+  E.line("      const u64 db = wg_desc(" + wb + " + " + B.start("n0", "ks", m.k) + ", " + std::to_string(B.lbo()) + ", 1024);");
+  E.line("      asm volatile(\"" + instr + " {" + list + "}, " + a_op + ", " + b_op + tail + ";\" : " + outs + " : \"l\"(da), \"l\"(db));");
+  E.line("    }");
+  E.line("  }");
+  E.line("}");
+  E.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+  E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+  E.sync();  // the operand tiles are read until here
+}
+
 // frag += A B for this dot's operands (written to the shared tiles first).
 void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q, const std::string& frag) {
+  if (q.wg) {
+    wgmma_accumulate(E, e, d, t, m, q, frag);
+    return;
+  }
   MmaTiles g = mma_tiles(d, t, m);
   E.reserve(0, ir::Aval::array({static_cast<int64_t>(g.end)}, DType::U8));
   std::string T = ctype(t), M = std::to_string(d.M), N = std::to_string(d.N), KS = std::to_string(g.KS);
@@ -261,12 +411,12 @@ void dot(Emitter& E, const ir::Eqn& e) {
   DType t = ir::atom_aval(e.in[0]).dtype;
   const MmaKind* m = mma_kind_of(E, e);
   if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {
-    mma_accumulate(E, e, d, t, *m, mma_grid(E, d), it->second);  // a loop carry's fragments (fori)
+    mma_accumulate(E, e, d, t, *m, mma_grid(E, d, *m), it->second);  // a loop carry's fragments (fori)
     return;
   }
   E.declare(o);
   if (m) {
-    MmaGrid q = mma_grid(E, d);
+    MmaGrid q = mma_grid(E, d, *m);
     std::string frag = E.fresh("frag");
     declare_fragments(E, q, *m, frag, /*zero=*/true);
     mma_accumulate(E, e, d, t, *m, q, frag);
@@ -330,7 +480,7 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init) {
   DotShape d = dot_shape(*fc.dot);
   const MmaKind* m = mma_kind_of(E, *fc.dot);
-  MmaGrid q = mma_grid(E, d);
+  MmaGrid q = mma_grid(E, d, *m);
   declare_fragments(E, q, *m, fc.frag, /*zero=*/false);
   tile_to_fragments(E, d, q, *m, init, fc.frag);
   E.dot_into_fragments[fc.dot] = fc.frag;
@@ -340,7 +490,7 @@ void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& i
 void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out) {
   DotShape d = dot_shape(*fc.dot);
   const MmaKind* m = mma_kind_of(E, *fc.dot);
-  fragments_to_tile(E, d, mma_grid(E, d), *m, fc.frag, out);
+  fragments_to_tile(E, d, mma_grid(E, d, *m), *m, fc.frag, out);
   E.dot_into_fragments.erase(fc.dot);
   E.absorbed.erase(fc.add);
 }
