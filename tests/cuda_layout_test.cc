@@ -9,6 +9,7 @@
 #include "src/core/pallas_call.h"
 #ifdef PALLAS_TEST_HAVE_CUDA
 #include "src/backends/cuda/layout.h"
+#include "src/backends/cuda/lower.h"
 
 namespace pl = pallas;
 
@@ -97,6 +98,34 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
             "  #0 load input 0 f32[64]: scalar (the last dimension is indexed)\n"
             "  #1 load input 0 f32[64,64]: vector 4 x f32 (16 B)\n"
             "  #2 store output 0 f32[64,64]: scalar (a masked store)\n");
+}
+
+// The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
+// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, three stages
+// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there.
+TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
+  int64_t n = 512, bm = 128, bn = 128, bk = 64;
+  auto call = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value k, pl::Value acc) {
+          return acc + pl::dot(a(pl::all, pl::ds(k * bk, bk)), b(pl::ds(k * bk, bk), pl::all));
+        });
+        o[pl::all] = pl::maximum(acc, 0.f).astype(pl::bf16);
+      },
+      pl::ShapeDtype({n, n}, pl::bf16),
+      {.grid = {n / bm, n / bn},
+       .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                    pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+       .compiler_params = {.num_warps = 8}});
+  call.trace({pl::ShapeDtype({n, n}, pl::bf16), pl::ShapeDtype({n, n}, pl::bf16)});
+  EXPECT_EQ(pallas::cuda::lower(call.state()->get_traced(), "sm_90a").dots_text,
+            "loop: 3 stages of 32768 bytes\n"
+            "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
+  // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
+  EXPECT_EQ(pallas::cuda::lower(call.state()->get_traced(), "sm_80").dots_text, "");
 }
 
 }  // namespace

@@ -139,6 +139,7 @@ std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) 
 size_t Emitter::reserve(size_t off, const ir::Aval& a) {
   size_t end = (off + static_cast<size_t>(a.size()) * itemsize(a.dtype) + 15) & ~size_t{15};
   if (end > xbytes) xbytes = end;
+  smem_peak = std::max(smem_peak, xoff + end);
   return end;
 }
 
@@ -196,6 +197,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
   E.wgmma = arch == "sm_90a";
+  E.num_stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
   E.checks_enabled = call.debug;
   // The passes before emission: layouts and vector accesses (layout.h).
   LayoutPlan layout = plan_layout(call, L.threads);
@@ -430,7 +432,8 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   for (size_t o = 0; o < nout; ++o)
     if (resident[o]) copy_resident(o, false);
 
-  L.smem_bytes = E.xoff + E.xbytes;
+  L.smem_bytes = std::max(E.xoff + E.xbytes, E.smem_peak);
+  L.dots_text = E.dots_text;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;

@@ -56,6 +56,7 @@ struct Lowered {
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
   std::string layout_text;  // the layout pass's plan (PALLAS_DUMP_PASSES, golden tests)
+  std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
 };
 
 class Emitter {
@@ -73,12 +74,18 @@ class Emitter {
   std::unordered_map<int64_t, RefInfo> refs;
   size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
   size_t xbytes = 0;  // its size: the most any single exchange needs
+  size_t smem_peak = 0;  // the most shared memory used while xoff was raised (loop pipelines)
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
   // fori carries kept in MMA fragments (rules_dot.cc): the dot that accumulates into each,
   // and the adds those dots absorb (not emitted).
   std::unordered_map<const ir::Eqn*, std::string> dot_into_fragments;
   std::unordered_set<const ir::Eqn*> absorbed;
+  // Dot operands the loop pipeline keeps in shared memory (pipeline.cc): IR var -> a C
+  // expression of the current stage's swizzled tile.
+  std::unordered_map<int64_t, std::string> smem_operands;
+  int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
+  std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
   bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
 

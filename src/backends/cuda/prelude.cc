@@ -136,6 +136,14 @@ __device__ __forceinline__ u64 wg_desc(const void* p, u32 lbo, u32 sbo) {
   u32 a = (u32)__cvta_generic_to_shared(p);
   return (u64)((a & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) | ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
+// cp.async (sm_80+): B bytes global -> shared, zero-filled when !ok (src is then not read).
+template <int B> __device__ __forceinline__ void cp_async(void* dst, const void* src, bool ok) {
+  u32 d = (u32)__cvta_generic_to_shared(dst);
+  if constexpr (B == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(B), "r"(ok ? B : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ float tf32(float x) { u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 template <class T> __device__ __forceinline__ u32 ordkey(T v) { return 0; }

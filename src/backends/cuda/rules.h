@@ -1,5 +1,6 @@
 // Registration of the CUDA lowering rules, one file per op family.
 #pragma once
+#include <functional>
 #include <optional>
 
 #include "src/backends/cuda/lower.h"
@@ -20,4 +21,46 @@ struct FragmentCarry {
 std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t carry);
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init);  // declares and fills
 void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out);      // to the blocked layout
+// An operand of wgmma in shared memory with the 128-byte swizzle, as the tensor cores read it:
+// K-major (rows of MN, K contiguous: 128-byte rows of 128/item elements, column blocks of K one
+// after another) or MN-major (rows of K, MN contiguous: blocks of 64 MN columns one after
+// another; 16-bit inputs only). Within each 8-row, 128-byte atom, 16-byte chunk c of row r sits
+// at chunk c ^ (r % 8), so the 8 rows a fragment read (or a warp's 16-byte store) touches fall
+// in different banks. The wgmma descriptor of a 64-row (MN) block at k step ks: start(),
+// leading byte offset lbo() (between MN blocks, MN-major), stride byte offset 1024 (8 rows).
+struct SwizzledTile {
+  bool k_major = true;
+  int64_t item = 2, mn = 0, kp = 0;  // element size; MN and K extents as allocated
+  size_t off = 0, bytes = 0;         // from the 1024-aligned operand region
+  int64_t per_row() const { return 128 / item; }
+  std::string at(const std::string& m, const std::string& k) const {  // byte offset of (m, k)
+    std::string E = std::to_string(per_row()), I = std::to_string(item);
+    if (k_major)
+      return "((" + k + ") / " + E + ") * " + std::to_string(mn * 128) + " + (" + m + ") * 128 + (((((" + k + ") % " + E + ") * " + I +
+             " >> 4) ^ ((" + m + ") & 7)) << 4) + (((" + k + ") * " + I + ") & 15)";
+    return "((" + m + ") / " + E + ") * " + std::to_string(kp * 128) + " + (" + k + ") * 128 + (((((" + m + ") % " + E + ") * " + I +
+           " >> 4) ^ ((" + k + ") & 7)) << 4) + (((" + m + ") * " + I + ") & 15)";
+  }
+  std::string start(const std::string& m0, const std::string& ks, int64_t kinstr) const {
+    if (k_major)  // every instruction takes 32 bytes of K
+      return "((" + ks + ") * 32 / 128) * " + std::to_string(mn * 128) + " + (" + m0 + ") * 128 + ((" + ks + ") * 32) % 128";
+    return "((" + m0 + ") / 64) * " + std::to_string(kp * 128) + " + (" + ks + ") * " + std::to_string(kinstr * 128);
+  }
+  int64_t lbo() const { return k_major ? 16 : kp * 128; }
+};
+
+SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, int64_t kinstr);
+
+// The shared tile a tensor-core dot reads operand `operand` (0: A, 1: B) from, when the dot
+// takes wgmma (else nullopt); rows_are_mn: the operand's rows as the program holds it are the
+// tile's MN (else K). The loop pipeline (pipeline.cc) copies loads straight into such tiles.
+std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
+
+// Emits cp.async copies of a load eqn's tile into shared memory, element (flat) f of the tile
+// going to byte `dst(f)` (a C expression; runs of the layout are contiguous there); elements
+// outside the array are zero-filled (they read poison in the interpreter). False (and nothing
+// emitted) unless the access is vectorised in 4, 8 or 16-byte pieces, unmasked and without
+// index arrays (rules_memory.cc).
+bool emit_async_load(Emitter& E, const ir::Eqn& load, const std::function<std::string(const std::string&)>& dst);
+
 }  // namespace pallas::cuda

@@ -1,5 +1,6 @@
 // Lowering rules for control flow (fori_loop, while, cond with tile-valued carries, inlined
 // in scopes), grid queries, debug_print and check.
+#include "src/backends/cuda/pipeline.h"
 #include "src/backends/cuda/rules.h"
 
 namespace pallas::cuda {
@@ -45,13 +46,18 @@ void fori(Emitter& E, const ir::Eqn& e) {
     }
     copy(E, E.name(e.out[c]), e.out[c].aval, E.name(e.in[2 + c]));
   }
+  for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
+  // loads that feed tensor-core dots go to shared memory stages ahead of use (pipeline.h)
+  std::string lo = E.name(e.in[0]), hi = E.name(e.in[1]);
+  LoopPipeline pipe = plan_pipeline(E, body, nc);
+  if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
   std::string i = E.fresh("it");
   std::string T = ctype(ir::atom_aval(e.in[0]).dtype);
-  E.line("for (" + T + " " + i + " = " + E.name(e.in[0]) + "; " + i + " < " + E.name(e.in[1]) + "; ++" + i + ") {");
+  E.line("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
   ++E.depth;
+  if (pipe.stages) pipeline_iteration(E, pipe, body, i, lo, hi);
   E.names[body.invars[0].id] = i;
   for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
-  for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   E.emit_eqns(body);
   std::vector<size_t> plain;
   for (size_t c = 0; c < nc; ++c)
@@ -59,6 +65,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
   assign_outs(E, body, e.out, plain);
   --E.depth;
   E.line("}");
+  if (pipe.stages) end_pipeline(E, pipe);
   for (size_t c = 0; c < nc; ++c)
     if (frag[c]) end_fragment_carry(E, *frag[c], e.out[c]);
 }

@@ -14,6 +14,7 @@
 // fragments for other values (general layout propagation), pipelining.
 #include "src/backends/cuda/rules.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace pallas::cuda {
@@ -172,45 +173,6 @@ void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std
   E.line("}");
 }
 
-// An operand of wgmma in shared memory with the 128-byte swizzle, as the tensor cores read it:
-// K-major (rows of MN, K contiguous: 128-byte rows of 128/item elements, column blocks of K one
-// after another) or MN-major (rows of K, MN contiguous: blocks of 64 MN columns one after
-// another; 16-bit inputs only). Within each 8-row, 128-byte atom, 16-byte chunk c of row r sits
-// at chunk c ^ (r % 8), so the 8 rows a fragment read (or a warp's 16-byte store) touches fall
-// in different banks. The wgmma descriptor of a 64-row (MN) block at k step ks: start(),
-// leading byte offset lbo() (between MN blocks, MN-major), stride byte offset 1024 (8 rows).
-struct SwizzledTile {
-  bool k_major = true;
-  int64_t item = 2, mn = 0, kp = 0;  // element size; MN and K extents as allocated
-  size_t off = 0, bytes = 0;         // from the 1024-aligned operand region
-  int64_t per_row() const { return 128 / item; }
-  std::string at(const std::string& m, const std::string& k) const {  // byte offset of (m, k)
-    std::string E = std::to_string(per_row()), I = std::to_string(item);
-    if (k_major)
-      return "((" + k + ") / " + E + ") * " + std::to_string(mn * 128) + " + (" + m + ") * 128 + (((((" + k + ") % " + E + ") * " + I +
-             " >> 4) ^ ((" + m + ") & 7)) << 4) + (((" + k + ") * " + I + ") & 15)";
-    return "((" + m + ") / " + E + ") * " + std::to_string(kp * 128) + " + (" + k + ") * 128 + (((((" + m + ") % " + E + ") * " + I +
-           " >> 4) ^ ((" + k + ") & 7)) << 4) + (((" + m + ") * " + I + ") & 15)";
-  }
-  std::string start(const std::string& m0, const std::string& ks, int64_t kinstr) const {
-    if (k_major)  // every instruction takes 32 bytes of K
-      return "((" + ks + ") * 32 / 128) * " + std::to_string(mn * 128) + " + (" + m0 + ") * 128 + ((" + ks + ") * 32) % 128";
-    return "((" + m0 + ") / 64) * " + std::to_string(kp * 128) + " + (" + ks + ") * " + std::to_string(kinstr * 128);
-  }
-  int64_t lbo() const { return k_major ? 16 : kp * 128; }
-};
-
-SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, int64_t kinstr) {
-  SwizzledTile t;
-  t.k_major = k_major;
-  t.item = item;
-  t.mn = (mn + 63) / 64 * 64;
-  int64_t kq = k_major ? t.per_row() : kinstr;
-  t.kp = (k + kq - 1) / kq * kq;
-  t.bytes = static_cast<size_t>(t.mn * t.kp * item);
-  return t;
-}
-
 // Writes operand x (rows x cols as the program holds it; rows are MN when rows_are_mn) into a
 // swizzled tile at `base`. Runs of the blocked layout that lie along the tile's contiguous
 // dimension go as 16-byte (or narrower) vector stores, conflict-free thanks to the swizzle.
@@ -245,30 +207,66 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // frag += A B on the tensor cores' asynchronous wgmma (sm_90a): both operands are written to
 // swizzled shared tiles (K padding zeroed), then each warpgroup issues its tiles' instructions
 // over K and waits for them.
-void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q, const std::string& frag) {
+// The two operand tiles of a wgmma dot: K-major, or MN-major for transposed 16-bit inputs
+// (only 16-bit inputs may be MN-major in wgmma).
+struct WgmmaOperands {
+  SwizzledTile a, b;
+  bool a_rows_mn, b_rows_mn;  // the program's rows of each operand are the tile's MN
+};
+WgmmaOperands wgmma_operands(const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q) {
   int64_t item = static_cast<int64_t>(itemsize(t));
-  bool narrow = item == 2;  // only 16-bit inputs may be MN-major (transposed) in wgmma
-  SwizzledTile A = swizzled_tile(!(narrow && d.ta), item, q.TM * 64, d.K, m.k);
-  SwizzledTile B = swizzled_tile(!(narrow && !d.tb), item, q.TN * 8 * q.NS, d.K, m.k);
-  A.off = 0;
-  B.off = (A.bytes + 1023) & ~size_t{1023};
-  E.reserve(0, ir::Aval::array({static_cast<int64_t>(B.off + B.bytes + 1024)}, DType::U8));
-  std::string wa = E.fresh("wa"), wb = E.fresh("wb");
-  E.line("unsigned char* " + wa + " = smem + " + std::to_string(E.xoff) + ";");
-  E.line(wa + " += (1024 - ((u32)__cvta_generic_to_shared(" + wa + ") & 1023)) & 1023;  // the swizzle atoms are 1024-aligned");
-  E.line("unsigned char* " + wb + " = " + wa + " + " + std::to_string(B.off) + ";");
-  put_swizzled(E, e.in[0], wa, A, !d.ta, t);
-  put_swizzled(E, e.in[1], wb, B, d.tb, t);
+  bool narrow = item == 2;
+  return {swizzled_tile(!(narrow && d.ta), item, q.TM * 64, d.K, m.k), swizzled_tile(!(narrow && !d.tb), item, q.TN * 8 * q.NS, d.K, m.k), !d.ta, d.tb};
+}
+
+void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, const MmaKind& m, const MmaGrid& q, const std::string& frag) {
+  WgmmaOperands ops = wgmma_operands(d, t, m, q);
+  const SwizzledTile &A = ops.a, &B = ops.b;
+  bool narrow = itemsize(t) == 2;
   int64_t steps = (d.K + m.k - 1) / m.k, kpad = steps * m.k - d.K;
+  // Operands the loop pipeline already put in shared memory are read where they are; the others
+  // are written to the exchange region (1024-aligned: the swizzle atoms are).
+  std::string base[2];
+  std::vector<int> put;
+  size_t end = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto it = E.smem_operands.end();
+    if (auto* v = std::get_if<ir::Var>(&e.in[static_cast<size_t>(i)])) it = E.smem_operands.find(v->id);
+    if (it != E.smem_operands.end()) {
+      base[i] = it->second;
+      continue;
+    }
+    const SwizzledTile& L = i == 0 ? A : B;
+    if (put.empty()) {
+      std::string w = E.fresh("wx");
+      E.line("unsigned char* " + w + " = smem + " + std::to_string(E.xoff) + ";");
+      E.line(w + " += (1024 - ((u32)__cvta_generic_to_shared(" + w + ") & 1023)) & 1023;  // the swizzle atoms are 1024-aligned");
+      base[i] = w;
+    } else {
+      base[i] = "(" + base[put[0]] + " + " + std::to_string(end) + ")";
+    }
+    put.push_back(i);
+    end = (end + L.bytes + 1023) & ~size_t{1023};
+  }
+  if (!put.empty()) E.reserve(0, ir::Aval::array({static_cast<int64_t>(end + 1024)}, DType::U8));
+  std::string wa = base[0], wb = base[1];
+  for (int i : put) put_swizzled(E, e.in[static_cast<size_t>(i)], base[i], i == 0 ? A : B, i == 0 ? ops.a_rows_mn : ops.b_rows_mn, t);
   if (kpad > 0) {  // K padding inside the last instruction: zeros in both (0 * garbage may be NaN)
     std::string T = ctype(t), P = std::to_string(kpad), K = std::to_string(d.K);
-    for (auto [base, L] : {std::pair{wa, A}, std::pair{wb, B}}) {
+    for (int i : put) {
+      const SwizzledTile& L = i == 0 ? A : B;
       E.line("for (int z = threadIdx.x; z < " + std::to_string(L.mn * kpad) + "; z += " + std::to_string(E.nt) + ")");
-      E.line("  *(" + T + "*)(" + base + " + " + L.at("z / " + P, K + " + z % " + P) + ") = " + T + "{};");
+      E.line("  *(" + T + "*)(" + base[i] + " + " + L.at("z / " + P, K + " + z % " + P) + ") = " + T + "{};");
     }
   }
-  E.line("fence_proxy_async();");
-  E.sync();
+  if (!put.empty()) {  // st.shared writes, then the tensor cores' async proxy reads
+    E.line("fence_proxy_async();");
+    E.sync();
+  }
+  E.dots_text += "dot " + ir::atom_aval(e.in[0]).str() + (d.ta ? "^T" : "") + " x " + ir::atom_aval(e.in[1]).str() + (d.tb ? "^T" : "") + ": wgmma m64n" +
+                 std::to_string(8 * q.NS) + "k" + std::to_string(m.k) + ", " + std::to_string(q.TM * q.TN) + " tile(s) over " + std::to_string(q.W) +
+                 " warpgroup(s); A " + (A.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 0) ? " from registers" : " pipelined") +
+                 ", B " + (B.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 1) ? " from registers" : " pipelined") + "\n";
   std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
   std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
   int64_t regs = 4 * q.NS;
@@ -435,7 +433,30 @@ void dot(Emitter& E, const ir::Eqn& e) {
 
 }  // namespace
 
+SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, int64_t kinstr) {
+  SwizzledTile t;
+  t.k_major = k_major;
+  t.item = item;
+  t.mn = (mn + 63) / 64 * 64;
+  int64_t kq = k_major ? t.per_row() : kinstr;
+  t.kp = (k + kq - 1) / kq * kq;
+  t.bytes = static_cast<size_t>(t.mn * t.kp * item);
+  return t;
+}
+
 void register_dot_rules(ir::RuleTable<LowerRule>& t) { t.set(PrimId::dot, dot); }
+
+std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
+  const MmaKind* m = mma_kind_of(E, dot);
+  if (!m) return std::nullopt;
+  DotShape d = dot_shape(dot);
+  MmaGrid q = mma_grid(E, d, *m);
+  if (!q.wg) return std::nullopt;
+  WgmmaOperands ops = wgmma_operands(d, ir::atom_aval(dot.in[0]).dtype, *m, q);
+  *rows_are_mn = operand == 0 ? ops.a_rows_mn : ops.b_rows_mn;
+  *k_padding = (d.K + m->k - 1) / m->k * m->k - d.K;
+  return operand == 0 ? ops.a : ops.b;
+}
 
 // A fori_loop carry that only accumulates tensor-core dots, `acc = acc + dot(a, b)` (the
 // usual K loop): the carry lives in MMA fragments for the whole loop instead of going to the

@@ -310,6 +310,22 @@ void atomic(Emitter& E, const ir::Eqn& e) {
 
 }  // namespace
 
+bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::string&)>& dst) {
+  const ir::Var& o = e.out[0];
+  int W = vector_width(E, e);
+  int64_t bytes = W * static_cast<int64_t>(itemsize(o.aval.dtype));
+  if (e.params.get_bool("has_mask") || W <= 1 || (bytes != 4 && bytes != 8 && bytes != 16)) return false;
+  for (const ir::IndexDim& x : e.params.get<ir::NDIndexer>("idx").dims)
+    if (x.kind == IndexDim::Kind::Array) return false;
+  Plan p = plan(E, e, o.aval.shape);
+  std::string B = std::to_string(bytes);
+  foreach_vector_piece(E, p, W, [&](int q, const std::string& ptr, const std::string& ok) {
+    E.line("cp_async<" + B + ">(" + dst("e + " + std::to_string(q * W)) + ", " + ok + " ? (const void*)" + ptr + " : (const void*)" + p.ref.base +
+           ", " + ok + ");");
+  });
+  return true;
+}
+
 std::string atomic_add_expr(DType t, const std::string& addr, const std::string& value) {
   switch (t) {
     case DType::F32:

@@ -1,0 +1,162 @@
+// The loop pipeliner (pipeline.h): plan, then the copies before and inside the loop.
+#include "src/backends/cuda/pipeline.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace pallas::cuda {
+using ir::PrimId;
+
+namespace {
+
+// Any op of the jaxpr, or of the jaxprs inside its ops, writes a ref, prints or checks.
+bool has_effects(const ir::Jaxpr& j) {
+  for (const ir::Eqn& e : j.eqns) {
+    if (e.prim->has_effects) return true;
+    for (const auto& [name, v] : e.params.items) {
+      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p && has_effects(**p)) return true;
+      if (auto* ps = std::get_if<std::vector<ir::JaxprPtr>>(&v))
+        for (const ir::JaxprPtr& q : *ps)
+          if (q && has_effects(*q)) return true;
+    }
+  }
+  return false;
+}
+
+// The body eqns that compute `a` from the loop index, literals and values from outside the
+// loop, appended in order to `out`; false if `a` depends on anything else (a carry, a load)
+// or on an op that is not plain scalar arithmetic.
+bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, const std::unordered_map<int64_t, const ir::Eqn*>& def,
+                 std::vector<const ir::Eqn*>& out, std::unordered_set<const ir::Eqn*>& seen) {
+  const auto* v = std::get_if<ir::Var>(&a);
+  if (!v) return true;  // a literal
+  if (v->id == body.invars[0].id) return true;
+  for (size_t c = 0; c < num_carry; ++c)
+    if (v->id == body.invars[1 + c].id) return false;
+  auto it = def.find(v->id);
+  if (it == def.end()) return true;  // from outside the loop
+  const ir::Eqn& e = *it->second;
+  if (seen.count(&e)) return true;
+  ir::PrimKind k = e.prim->kind;
+  bool arithmetic = k == ir::PrimKind::Unary || k == ir::PrimKind::Binary || k == ir::PrimKind::Elementwise ||
+                    e.prim->id == PrimId::multiple_of || e.prim->id == PrimId::max_contiguous;
+  if (!arithmetic || e.prim->has_effects || e.out.size() != 1 || !Emitter::scalar_like(e.out[0].aval)) return false;
+  for (const ir::Atom& x : e.in)
+    if (!index_slice(x, body, num_carry, def, out, seen)) return false;
+  seen.insert(&e);
+  out.push_back(&e);
+  return true;
+}
+
+// Shared memory the pipeline may take (the exchange region and resident blocks need the rest).
+constexpr size_t kPipelineBudget = 160 * 1024;
+
+// Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
+void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi) {
+  E.line("if (" + it + " < " + hi + ") {");
+  ++E.depth;
+  E.names[body.invars[0].id] = "(" + it + ")";
+  for (const PipelinedLoad& l : p.loads) {
+    for (const ir::Eqn* x : l.index_eqns) lowering_rules().get(x->prim->id)(E, *x);
+    std::string dst = "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+    int64_t cols = l.load->out[0].aval.shape[1];
+    const SwizzledTile& L = l.tile;
+    bool rows_mn = l.rows_are_mn;
+    emit_async_load(E, *l.load, [&](const std::string& flat) {
+      std::string r = "((" + flat + ") / " + std::to_string(cols) + ")", c = "((" + flat + ") % " + std::to_string(cols) + ")";
+      return dst + " + " + (rows_mn ? L.at(r, c) : L.at(c, r));
+    });
+  }
+  --E.depth;
+  E.line("}");
+  E.line("cp_async_commit();");
+}
+
+}  // namespace
+
+LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry) {
+  LoopPipeline p;
+  if (!E.wgmma || E.num_stages < 2 || has_effects(body)) return p;
+  std::unordered_map<int64_t, const ir::Eqn*> def;
+  std::unordered_map<int64_t, int> uses;
+  for (const ir::Eqn& e : body.eqns) {
+    for (const ir::Atom& x : e.in)
+      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+    for (const ir::Var& o : e.out) def[o.id] = &e;
+  }
+  for (const ir::Atom& x : body.outvars)
+    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  for (const ir::Eqn& dot : body.eqns) {
+    if (dot.prim->id != PrimId::dot) continue;
+    for (int i = 0; i < 2; ++i) {
+      const auto* v = std::get_if<ir::Var>(&dot.in[static_cast<size_t>(i)]);
+      if (!v || uses[v->id] != 1) continue;
+      auto d = def.find(v->id);
+      if (d == def.end() || d->second->prim->id != PrimId::load || d->second->params.get_bool("has_mask")) continue;
+      const ir::Eqn& load = *d->second;
+      PipelinedLoad l;
+      int64_t kpad = 0;
+      auto tile = wgmma_operand_tile(E, dot, i, &l.rows_are_mn, &kpad);
+      // the layout's runs must lie along the tile's contiguous dimension; no K padding to zero
+      if (!tile || kpad != 0 || l.rows_are_mn != tile->k_major) continue;
+      std::unordered_set<const ir::Eqn*> seen;
+      bool ok = true;
+      for (size_t k = 1; k < load.in.size() && ok; ++k) ok = index_slice(load.in[k], body, num_carry, def, l.index_eqns, seen);
+      if (!ok) continue;
+      l.load = &load;
+      l.dot = &dot;
+      l.operand = i;
+      l.tile = *tile;
+      l.off = p.stage_bytes;
+      p.stage_bytes += (tile->bytes + 1023) & ~size_t{1023};
+      p.loads.push_back(std::move(l));
+    }
+  }
+  if (p.loads.empty()) return p;
+  p.stages = E.num_stages;
+  while (p.stages > 2 && p.stages * p.stage_bytes + 1024 > kPipelineBudget) --p.stages;
+  if (p.stages * p.stage_bytes + 1024 > kPipelineBudget) p = LoopPipeline();
+  return p;
+}
+
+void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
+  p.base = E.fresh("pipe");
+  E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
+  E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
+  size_t bytes = static_cast<size_t>(p.stages) * p.stage_bytes + 1024;
+  E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
+  p.saved_xoff = E.xoff;
+  E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
+  E.line("// loop pipeline: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes");
+  E.sync();  // the buffers may hold the exchange region's last use
+  for (int s = 0; s + 1 < p.stages; ++s) issue(E, p, body, lo + " + " + std::to_string(s), std::to_string(s), hi);
+  for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
+  E.dots_text += "loop: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes\n";
+  for (const PipelinedLoad& l : p.loads)
+    E.dots_text += "  pipelined by cp.async: operand " + std::string(l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " +
+                   (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+}
+
+void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
+  std::string S = std::to_string(p.stages);
+  issue(E, p, body, it + " + " + std::to_string(p.stages - 1), "(" + it + " - " + lo + " + " + std::to_string(p.stages - 1) + ") % " + S, hi);
+  E.line("cp_async_wait<" + std::to_string(p.stages - 1) + ">();");
+  E.line("fence_proxy_async();");
+  E.sync();
+  E.names[body.invars[0].id] = it;
+  for (const PipelinedLoad& l : p.loads)
+    E.smem_operands[l.load->out[0].id] =
+        "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+}
+
+void end_pipeline(Emitter& E, const LoopPipeline& p) {
+  E.line("cp_async_wait<0>();");
+  E.sync();
+  for (const PipelinedLoad& l : p.loads) {
+    E.absorbed.erase(l.load);
+    E.smem_operands.erase(l.load->out[0].id);
+  }
+  E.xoff = p.saved_xoff;
+}
+
+}  // namespace pallas::cuda

@@ -1,0 +1,46 @@
+// Software pipelining of a fori_loop's loads that feed tensor-core dots (Triton's loop
+// pipeliner, in this backend's terms). A load in the loop body whose only user is a wgmma dot
+// operand, whose indices follow from the loop index alone and whose ref no op of the body
+// writes, goes global -> shared with cp.async straight into the dot's swizzled operand tile,
+// num_stages - 1 iterations ahead, through num_stages buffers: the copies of the next
+// iterations overlap this one's tensor-core work, and the operand never passes through
+// registers.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "src/backends/cuda/rules.h"
+
+namespace pallas::cuda {
+
+struct PipelinedLoad {
+  const ir::Eqn* load = nullptr;
+  const ir::Eqn* dot = nullptr;
+  int operand = 0;                          // of the dot: 0 = A, 1 = B
+  std::vector<const ir::Eqn*> index_eqns;  // body eqns computing the load's indices, in order
+  SwizzledTile tile;                        // the dot's operand tile, one per stage
+  bool rows_are_mn = true;
+  size_t off = 0;                           // within a stage
+};
+
+struct LoopPipeline {
+  int stages = 0;  // 0: nothing to pipeline
+  std::vector<PipelinedLoad> loads;
+  size_t stage_bytes = 0;
+  // emission state
+  std::string base;   // C name of the (1024-aligned) buffers
+  size_t saved_xoff = 0;
+};
+
+// Which loads of the body to pipeline, and how deep (E.num_stages, fewer when shared memory
+// would not hold them).
+LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
+// Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
+void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi);
+// At the top of each iteration `it`: issues iteration it + stages - 1's copies, waits for
+// iteration it's, and points the dots' operands at its stage.
+void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi);
+// After the loop: drains the copies and frees the buffers.
+void end_pipeline(Emitter& E, const LoopPipeline& p);
+
+}  // namespace pallas::cuda
