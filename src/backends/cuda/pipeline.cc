@@ -94,6 +94,9 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       auto d = def.find(v->id);
       if (d == def.end() || d->second->prim->id != PrimId::load || d->second->params.get_bool("has_mask")) continue;
       const ir::Eqn& load = *d->second;
+      // f32 operands are rounded to tf32 (round to nearest, as the interpreter) on their way
+      // through registers; wgmma would truncate raw f32 bits read from a copy
+      if (load.out[0].aval.dtype == DType::F32) continue;
       PipelinedLoad l;
       int64_t kpad = 0;
       auto tile = wgmma_operand_tile(E, dot, i, &l.rows_are_mn, &kpad);
