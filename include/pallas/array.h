@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -70,6 +71,14 @@ class Array {
   static Array scalar(T v) {
     return from_vector(std::vector<T>{v}, Shape{});
   }
+  // A view of memory the caller owns, on the host or a device (zero-copy: calls read it and,
+  // through Call::into, write it in place). Row-major contiguous: `strides` (in elements,
+  // empty = row-major) are checked, since kernels address blocks of row-major arrays. The
+  // memory must outlive every Array of the view; `release`, if given, runs when the last one
+  // goes (hand-over of ownership, e.g. a DLPack deleter). See also from_dlpack (dlpack.h).
+  static Array view(void* data, Shape shape, DType dtype, Device device = Device::host(), std::vector<int64_t> strides = {},
+                    std::function<void()> release = {});
+  bool is_view() const;  // made by view() or from_dlpack: storage the library does not own
   static Array zeros(Shape shape, DType dtype);
   static Array full(Shape shape, double value, DType dtype);
 
@@ -105,6 +114,8 @@ class Array {
   Array to(Device d) const;
   Array to_host() const { return to(Device::host()); }
   Array copy() const;
+  // Copies src's elements into this array's storage (same shape and dtype; any devices).
+  void copy_from(const Array& src) const;  // writes the shared storage, not the handle
   Array astype(DType t) const;
   Array reshape(Shape s) const;  // shares storage
   // "f32[2,3] [[1 2 3] [4 5 6]]", eliding the middle of large arrays.

@@ -147,6 +147,13 @@ class Call {
     return single(std::vector<Array>{args...});
   }
 
+  // Runs the call with its outputs written into `outs` (one array per output, of its shape and
+  // dtype, e.g. views of the caller's memory: Array::view, dlpack::from_dlpack) instead of new
+  // arrays. On the GPU, outputs on the call's device are written in place (zero-copy); an
+  // output aliased to an input (input_output_aliases) may be that input's own array, which the
+  // call then updates in place. The interpreter computes in its own buffers and copies.
+  void into(const std::vector<Array>& outs, const std::vector<Array>& args) const;
+
   // Trace for these input shapes without running (the IR is then available).
   const Call& trace(const std::vector<ShapeDtype>& inputs) const;
   std::string jaxpr_text() const;  // the kernel, index maps and grid, as debug=true prints

@@ -24,7 +24,9 @@ struct BackendRunner {
   // Whether this backend has a lowering for the call (Backend::Auto falls back to the
   // interpreter when it has not).
   virtual bool can_run(const PallasCall& call) const { return true; }
-  virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args) const = 0;
+  // `outs` (nullptr: allocate): arrays to write the outputs into, checked by core (Call::into);
+  // the returned outputs are those arrays.
+  virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) const = 0;
   // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
   virtual void compile_check(const PallasCall& call) const {}
   // Runs with every pl::check collected (checkify); only the interpreter implements it so far.

@@ -57,7 +57,39 @@ std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
   }
   const core::PallasCall& c = st.get_traced();
   core::check_arguments(c, args);
-  return core::execute(c, args);
+  return core::execute(c, args, nullptr);
+}
+
+void Call::into(const std::vector<Array>& outs, const std::vector<Array>& args) const {
+  if (!state_) throw Error("Call: calling an empty Call");
+  auto& st = *state_;
+  if (outs.size() != st.out_shapes.size())
+    throw Error(st.what + ": into() got " + std::to_string(outs.size()) + " output arrays for " + std::to_string(st.out_shapes.size()) +
+                " outputs");
+  for (size_t k = 0; k < outs.size(); ++k) {
+    if (!outs[k].defined()) throw Error(st.what + ": into(): output " + std::to_string(k) + " is an empty Array");
+    if (outs[k].shape_dtype() != st.out_shapes[k])
+      throw Error(st.what + ": into(): output " + std::to_string(k) + " is " + outs[k].shape_dtype().str() + " but the call returns " +
+                  st.out_shapes[k].str());
+  }
+  if (st.run) {  // a transformed call: run it, then copy
+    std::vector<Array> r = st.run(args);
+    for (size_t k = 0; k < r.size(); ++k) outs[k].copy_from(r[k]);
+    return;
+  }
+  if (!st.traced) {
+    std::vector<ShapeDtype> ins;
+    int nd = 0;
+    for (int64_t g : st.opts.grid) nd += g < 0;
+    for (size_t k = static_cast<size_t>(std::min<int>(nd, static_cast<int>(args.size()))); k < args.size(); ++k) {
+      if (!args[k].defined()) throw Error(st.what + ": input " + std::to_string(k - nd) + " is an empty Array");
+      ins.push_back(args[k].shape_dtype());
+    }
+    st.get(ins);
+  }
+  const core::PallasCall& c = st.get_traced();
+  core::check_arguments(c, args);
+  core::execute(c, args, &outs);
 }
 
 Array Call::single(const std::vector<Array>& args) const {
@@ -145,10 +177,10 @@ Backend resolve_backend(const PallasCall& call) {
   return have_gpu && gpu->can_run(call) ? Backend::Cuda : Backend::Interpret;
 }
 
-std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args) {
+std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) {
   if (resolve_backend(call) == Backend::Cuda) {
     count_run(Backend::Cuda);
-    return cuda_runner()->run(call, args);
+    return cuda_runner()->run(call, args, outs);
   }
   count_run(Backend::Interpret);
   // CI without a GPU: every interpreted call is also lowered and compiled for the GPU.
@@ -157,7 +189,7 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
     return e && *e && *e != '0';
   }();
   if (compile_check && cuda_runner()) cuda_runner()->compile_check(call);
-  return interpret_runner()->run(call, args);
+  return interpret_runner()->run(call, args, outs);
 }
 
 }  // namespace core

@@ -78,7 +78,7 @@ int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);
 
 // Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs.
-std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args);
+std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs = nullptr);
 
 // The backend a call runs on: its own choice, else PALLAS_BACKEND, else the GPU where one is
 // present and can run it.

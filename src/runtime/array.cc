@@ -21,6 +21,10 @@ void set_device_memory_hooks(const DeviceMemoryHooks& h) {
 const DeviceMemoryHooks* device_memory_hooks() { return g_have_hooks ? &g_hooks : nullptr; }
 
 Buffer::~Buffer() {
+  if (!owned) {
+    if (release) release();
+    return;
+  }
   if (!ptr) return;
   if (device.is_host())
     std::free(ptr);
@@ -109,6 +113,21 @@ Array Array::to(Device d) const {
   return r;
 }
 
+void Array::copy_from(const Array& src) const {
+  if (!buffer_ || !src.buffer_) throw Error("Array::copy_from: an empty array");
+  if (src.shape_ != shape_ || src.dtype_ != dtype_)
+    throw Error("Array::copy_from: " + shape_str(src.shape_, src.dtype_) + " into " + shape_str(shape_, dtype_));
+  size_t n = nbytes();
+  if (n == 0 || raw_data() == src.raw_data()) return;
+  Device from = src.device(), to = device();
+  const DeviceMemoryHooks* h = device_memory_hooks();
+  if (from.is_host() && to.is_host()) std::memcpy(raw_data(), src.raw_data(), n);
+  else if (from.is_host()) h->copy_to_device(to.index, raw_data(), src.raw_data(), n);
+  else if (to.is_host()) h->copy_to_host(from.index, raw_data(), src.raw_data(), n);
+  else if (from == to) h->copy_device(to.index, raw_data(), src.raw_data(), n);
+  else copy_from(src.to_host());
+}
+
 Array Array::copy() const {
   if (!buffer_) return {};
   Array r(shape_, dtype_, device());
@@ -125,6 +144,37 @@ Array Array::astype(DType t) const {
   convert_elements(dtype_, h.data(), t, r.data(), size());
   return device().is_host() ? r : r.to(device());
 }
+
+Array Array::view(void* data, Shape shape, DType dtype, Device device, std::vector<int64_t> strides, std::function<void()> release) {
+  std::string what = "Array::view of " + shape_str(shape, dtype) + " on " + device.str();
+  for (int64_t d : shape)
+    if (d < 0) throw Error(what + ": negative dimension");
+  if (!data && shape_size(shape) > 0) throw Error(what + ": null data pointer");
+  if (!strides.empty()) {
+    if (strides.size() != shape.size())
+      throw Error(what + ": " + std::to_string(strides.size()) + " strides for " + std::to_string(shape.size()) + " dimensions");
+    // Row-major contiguous is all kernels address; a dimension of size 1 may have any stride.
+    int64_t expect = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] != 1 && strides[d] != expect)
+        throw Error(what + ": strides " + shape_str(strides) +
+                    " are not row-major contiguous; pass a contiguous tensor (e.g. .contiguous() in torch, "
+                    "jnp.ascontiguousarray) or copy it");
+      expect *= shape[d];
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(data) % itemsize(dtype) != 0)
+    throw Error(what + ": the data pointer is not aligned to the element size (" + std::to_string(itemsize(dtype)) + " bytes)");
+  auto b = std::make_shared<Buffer>();
+  b->ptr = data;
+  b->bytes = static_cast<size_t>(shape_size(shape)) * itemsize(dtype);
+  b->device = device;
+  b->owned = false;
+  b->release = std::move(release);
+  return Array(std::move(b), std::move(shape), dtype);
+}
+
+bool Array::is_view() const { return buffer_ && !buffer_->owned; }
 
 Array Array::reshape(Shape s) const {
   if (shape_size(s) != size()) throw Error("Array::reshape: cannot reshape " + shape_str(shape_) + " to " + shape_str(s));

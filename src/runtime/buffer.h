@@ -2,6 +2,7 @@
 // CUDA backend installs (so the runtime does not depend on it).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "pallas/array.h"
@@ -12,6 +13,10 @@ struct Buffer {
   void* ptr = nullptr;
   size_t bytes = 0;
   Device device;
+  // A view of memory the library does not own (Array::view, from_dlpack): never freed here;
+  // `release` (if set) runs when the last Array of it goes, e.g. a DLPack deleter.
+  bool owned = true;
+  std::function<void()> release;
   ~Buffer();
 };
 

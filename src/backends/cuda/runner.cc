@@ -179,8 +179,19 @@ struct CudaRunner final : core::BackendRunner {
   void compile_check(const core::PallasCall& call) const override {
     compile_call(call, call.compiler_params.arch.empty() ? "sm_90a" : call.compiler_params.arch);
   }
-  std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args) const override {
+  std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* into) const override {
+    std::vector<Array> outs = launch(call, args, into);
+    if (!into) return outs;
+    for (size_t k = 0; k < outs.size(); ++k) (*into)[k].copy_from(outs[k]);  // a no-op where written in place
+    return *into;
+  }
+
+ private:
+  std::vector<Array> launch(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* into) const {
     const Driver& d = driver();
+    for (const Array& a : args)
+      if (!a.device().is_host() && a.device().index != 0)
+        throw Error(call.what + ": an argument lives on " + a.device().str() + "; this backend runs on cuda:0 only so far");
     make_current(0);
     auto c = compile_call(call, call.compiler_params.arch.empty() ? d.arch : call.compiler_params.arch);
     CUfunction f = load(c, call.what);
@@ -206,14 +217,17 @@ struct CudaRunner final : core::BackendRunner {
     bool poison = call.debug || std::getenv("PALLAS_CUDA_POISON");
     for (size_t o = 0; o < gm.outputs.size(); ++o) {
       const ShapeDtype& sd = gm.outputs[o].array;
-      Array out(sd.shape, sd.dtype, Device::cuda(0));
+      // an output array given on the device is written in place (Call::into); else a new one
+      bool given = into && (*into)[o].device() == Device::cuda(0);
+      Array out = given ? (*into)[o] : Array(sd.shape, sd.dtype, Device::cuda(0));
       bool aliased = false;
       for (auto [i, oi] : call.aliases)
         if (static_cast<size_t>(oi) == o) {
+          aliased = true;
+          if (out.raw_data() == ins[static_cast<size_t>(i)].raw_data() || out.nbytes() == 0) continue;  // in place
           check(d.cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(out.raw_data()), reinterpret_cast<CUdeviceptr>(ins[static_cast<size_t>(i)].raw_data()),
                                out.nbytes()),
                 call.what + ": copying an aliased input");
-          aliased = true;
         }
       if (!aliased && poison) poison_fill(out, call.what);
       outs.push_back(out);

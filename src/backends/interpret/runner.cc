@@ -27,7 +27,16 @@ struct InterpretRunner final : core::BackendRunner {
     }
   }
 
-  std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args) const override {
+  // Into given outputs: the interpreter computes in its own host buffers and copies (it is
+  // the debugging backend; the GPU writes them in place).
+  std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) const override {
+    std::vector<Array> r = run(call, args);
+    if (!outs) return r;
+    for (size_t k = 0; k < r.size(); ++k) (*outs)[k].copy_from(r[k]);
+    return *outs;
+  }
+
+  std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args) const {
     Device dev = Device::host();
     bool moved = false;
     RunResult r = run_on_host(call, args, /*collect=*/call.debug, &dev, &moved);
