@@ -280,15 +280,15 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   E.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
   E.line("#pragma unroll");
   E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
-  E.line("  const int tile = (threadIdx.x >> 7) + t * " + std::to_string(q.W) + ";");
-  E.line("  if (tile < " + std::to_string(q.TM * q.TN) + ") {");
-  E.line("    const int m0 = (tile / " + std::to_string(q.TN) + ") * 64, n0 = (tile % " + std::to_string(q.TN) + ") * " + n + ";");
-  E.line("    #pragma unroll");
-  E.line("    for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks) {");
-  E.line("      const u64 da = wg_desc(" + wa + " + " + A.start("m0", "ks", m.k) + ", " + std::to_string(A.lbo()) + ", 1024);");
-  E.line("      const u64 db = wg_desc(" + wb + " + " + B.start("n0", "ks", m.k) + ", " + std::to_string(B.lbo()) + ", 1024);");
-  E.line("      asm volatile(\"" + instr + " {" + list + "}, " + a_op + ", " + b_op + tail + ";\" : " + outs + " : \"l\"(da), \"l\"(db));");
-  E.line("    }");
+  // No branch around the wgmmas (ptxas serialises wgmma in a path it cannot prove uniform): a
+  // warpgroup with no tile left redoes the last one into fragments nobody reads.
+  E.line("  const int tile = min((int)(threadIdx.x >> 7) + t * " + std::to_string(q.W) + ", " + std::to_string(q.TM * q.TN - 1) + ");");
+  E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * 64, n0 = (tile % " + std::to_string(q.TN) + ") * " + n + ";");
+  E.line("  #pragma unroll");
+  E.line("  for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks) {");
+  E.line("    const u64 da = wg_desc(" + wa + " + " + A.start("m0", "ks", m.k) + ", " + std::to_string(A.lbo()) + ", 1024);");
+  E.line("    const u64 db = wg_desc(" + wb + " + " + B.start("n0", "ks", m.k) + ", " + std::to_string(B.lbo()) + ", 1024);");
+  E.line("    asm volatile(\"" + instr + " {" + list + "}, " + a_op + ", " + b_op + tail + ";\" : " + outs + " : \"l\"(da), \"l\"(db));");
   E.line("  }");
   E.line("}");
   E.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
