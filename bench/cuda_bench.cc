@@ -11,31 +11,13 @@
 
 #include <pallas/pallas.h>
 
-#include "src/backends/cuda/compile.h"
-#include "src/backends/cuda/driver.h"
 
 namespace pl = pallas;
-namespace cu = pallas::cuda;
 
+// Median of CUDA-event timings (pl::do_bench), without flushing the L2 between runs: the
+// anchors (bench/anchors.py) time the same way.
 static double median_ms(const std::function<void()>& f, int reps) {
-  const cu::Driver& d = cu::driver();
-  for (int i = 0; i < 3; ++i) f();
-  d.cuCtxSynchronize();
-  std::vector<double> t;
-  cu::CUevent a, b;
-  d.cuEventCreate(&a, 0);
-  d.cuEventCreate(&b, 0);
-  for (int i = 0; i < reps; ++i) {
-    d.cuEventRecord(a, nullptr);
-    f();
-    d.cuEventRecord(b, nullptr);
-    d.cuEventSynchronize(b);
-    float ms = 0;
-    d.cuEventElapsedTime(&ms, a, b);
-    t.push_back(ms);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return pl::do_bench(f, {.warmup = 3, .reps = reps, .flush_l2 = false}).median_ms;
 }
 
 static double now_ms() {
@@ -62,11 +44,11 @@ int main() {
     auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({128}, pl::f32), {.name = "tiny"});
     auto x = pl::random::normal({128}, pl::f32, 1).to(pl::Device::cuda(0));
     for (int i = 0; i < 100; ++i) k(x);
-    cu::driver().cuCtxSynchronize();
+    pl::synchronize();
     int n = 20000;
     double t0 = now_ms();
     for (int i = 0; i < n; ++i) k(x);
-    cu::driver().cuCtxSynchronize();
+    pl::synchronize();
     std::printf("tiny_call_host_overhead,%.4f,us_per_call,%.2f\n", (now_ms() - t0) / n, (now_ms() - t0) / n * 1000);
   }
   for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28

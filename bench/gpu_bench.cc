@@ -10,30 +10,13 @@
 #include <pallas/kernels.h>
 #include <pallas/pallas.h>
 
-#include "src/backends/cuda/driver.h"
 
 namespace pl = pallas;
-using pallas::cuda::driver;
 
+// Median of CUDA-event timings (pl::do_bench; no L2 flush, as the anchors time).
 template <class F>
 double gpu_ms(F&& f, int reps) {
-  auto& d = driver();
-  pallas::cuda::CUevent a, b;
-  d.cuEventCreate(&a, 0);
-  d.cuEventCreate(&b, 0);
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<float> ts;
-  for (int i = 0; i < reps; ++i) {
-    d.cuEventRecord(a, nullptr);
-    f();
-    d.cuEventRecord(b, nullptr);
-    d.cuEventSynchronize(b);
-    float t;
-    d.cuEventElapsedTime(&t, a, b);
-    ts.push_back(t);
-  }
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  return pl::do_bench(f, {.warmup = 3, .reps = reps, .flush_l2 = false}).median_ms;
 }
 
 double now_ms() {
@@ -57,11 +40,11 @@ int main(int argc, char** argv) {
                 mm.backend_name().c_str(), now_ms() - t0);
     // steady-state host cost of a cached call with device arrays
     for (int i = 0; i < 100; ++i) mm(a, b);
-    driver().cuCtxSynchronize();
+    pl::synchronize();
     double t1 = now_ms();
     for (int i = 0; i < 2000; ++i) mm(a, b);
     double host = (now_ms() - t1) / 2000 * 1e3;
-    driver().cuCtxSynchronize();
+    pl::synchronize();
     std::printf("{\"workload\": \"steady-state tiny call\", \"impl\": \"ours\", \"us\": %.2f}\n", host);
   }
   if (first_only) return 0;

@@ -1,6 +1,7 @@
 // Pallas C++: the umbrella header.
 #pragma once
 #include "pallas/array.h"
+#include "pallas/bench.h"
 #include "pallas/block_spec.h"
 #include "pallas/dlpack.h"
 #include "pallas/dtype.h"

@@ -2,6 +2,7 @@
 // GPU only through these runners. The GPU backend is optional: it installs a runner here when
 // it is built.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct BackendRunner {
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) const = 0;
   // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
   virtual void compile_check(const PallasCall& call) const {}
+  // Device timing for do_bench: each of `reps` runs of fn (after `warmup` untimed ones) in
+  // milliseconds, timed on the device; the interpreter has none (the host clock times it).
+  virtual std::vector<double> time_runs(const std::function<void()>& fn, int warmup, int reps, bool flush_l2) const {
+    throw Error("this backend has no device timer");
+  }
+  virtual void synchronize() const {}
   // Runs with every pl::check collected (checkify); only the interpreter implements it so far.
   virtual CheckedRun run_checked(const PallasCall& call, const std::vector<Array>& args) const {
     throw Error(call.what + ": this backend cannot collect checks (run it with the interpreter)");

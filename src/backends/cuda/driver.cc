@@ -49,6 +49,7 @@ Driver load() {
   sym(d.cuMemsetD8, "cuMemsetD8_v2");
   sym(d.cuGetErrorString, "cuGetErrorString");
   sym(d.cuEventCreate, "cuEventCreate");
+  sym(d.cuEventDestroy, "cuEventDestroy_v2");
   sym(d.cuEventRecord, "cuEventRecord");
   sym(d.cuEventSynchronize, "cuEventSynchronize");
   sym(d.cuEventElapsedTime, "cuEventElapsedTime_v2");
@@ -69,9 +70,9 @@ Driver load() {
   CUdevice dev;
   d.cuDeviceGet(&dev, 0);
   int major = 0, minor = 0;
-  d.cuDeviceGetAttribute(&major, kComputeCapabilityMajor, dev);
-  d.cuDeviceGetAttribute(&minor, kComputeCapabilityMinor, dev);
-  d.cuDeviceGetAttribute(&d.max_smem_optin, kMaxSharedMemoryPerBlockOptin, dev);
+  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  d.cuDeviceGetAttribute(&d.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
   d.arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
   if (d.cuDevicePrimaryCtxRetain(&g_ctx, dev) != 0) {
     d.why = "could not create a CUDA context on device 0";
@@ -111,7 +112,7 @@ void* dev_alloc(int device, size_t bytes) {
   }
   CUdeviceptr p = 0;
   CUresult r = driver().cuMemAlloc(&p, n);
-  if (r == kErrorOutOfMemory) {  // give the cache back and try once more
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // give the cache back and try once more
     std::lock_guard<std::mutex> g(P.mu);
     for (auto& [sz, q] : P.free) driver().cuMemFree(q);
     P.free.clear();
@@ -183,7 +184,7 @@ void check(CUresult r, const std::string& what) {
   const char* s = nullptr;
   if (driver().cuGetErrorString) driver().cuGetErrorString(r, &s);
   std::string msg = std::string("CUDA error ") + std::to_string(r) + " (" + (s ? s : "?") + ") " + what;
-  if (r == kErrorOutOfMemory) msg += ": out of device memory";
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) msg += ": out of device memory";
   throw Error(msg);
 }
 
