@@ -27,4 +27,21 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
                                                                          m * n * itemsize(out_dtype))}});
 }
 
+Autotuned tuned_matmul(DType out_dtype, std::vector<Config> space, bool interpret) {
+  if (space.empty())
+    for (int64_t bm : {64, 128})
+      for (int64_t bn : {64, 128})
+        for (int64_t bk : {32, 64})
+          for (int64_t warps : {4, 8}) space.push_back(Config{{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}, {"num_stages", 3}}});
+  auto factory = [out_dtype, interpret](const Config& c, const std::vector<ShapeDtype>& in) {
+    if (in.size() != 2 || in[0].shape.size() != 2 || in[1].shape.size() != 2 || in[0].shape[1] != in[1].shape[0] || in[0].dtype != in[1].dtype)
+      throw Error("kernels::tuned_matmul: takes A[M,K] and B[K,N] of one dtype");
+    MatmulConfig cfg{.block_m = c.get("block_m"), .block_n = c.get("block_n"), .block_k = c.get("block_k"),
+                     .compiler_params = {.num_warps = static_cast<int>(c.get("num_warps")), .num_stages = static_cast<int>(c.get("num_stages"))},
+                     .interpret = interpret};
+    return matmul(in[0].shape[0], in[1].shape[1], in[0].shape[1], in[0].dtype, out_dtype, cfg);
+  };
+  return autotune(factory, std::move(space), {.name = "kernels::matmul " + std::string(dtype_name(out_dtype))});
+}
+
 }  // namespace pallas::kernels

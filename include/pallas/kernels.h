@@ -13,6 +13,11 @@ struct MatmulConfig {
 };
 Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg = {});
 
+// matmul for any A[M,K], B[K,N], its configuration tuned on first use per shape and device
+// (pl::autotune, cached on disk): block_m, block_n, block_k, num_warps, num_stages. An empty
+// space means 64/128 x 64/128 x 32/64 blocks with 4 or 8 warps, 3 stages.
+Autotuned tuned_matmul(DType out_dtype, std::vector<Config> space = {}, bool interpret = false);
+
 // Row softmax of x[R, N]: block_rows rows per program (1: the row dim is squeezed).
 struct RowConfig {
   int64_t block_rows = 1;

@@ -2,6 +2,7 @@
 #pragma once
 #include "pallas/array.h"
 #include "pallas/bench.h"
+#include "pallas/autotune.h"
 #include "pallas/block_spec.h"
 #include "pallas/dlpack.h"
 #include "pallas/dtype.h"

@@ -36,6 +36,10 @@ struct BackendRunner {
     throw Error("this backend has no device timer");
   }
   virtual void synchronize() const {}
+  // Compiles the call ahead of its first run (thread-safe; autotune compiles candidates in
+  // parallel) and names the device (the autotuner's cache key).
+  virtual void precompile(const PallasCall& call) const {}
+  virtual std::string device_name() const { return "host"; }
   // Runs with every pl::check collected (checkify); only the interpreter implements it so far.
   virtual CheckedRun run_checked(const PallasCall& call, const std::vector<Array>& args) const {
     throw Error(call.what + ": this backend cannot collect checks (run it with the interpreter)");

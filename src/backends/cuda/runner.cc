@@ -205,6 +205,11 @@ struct CudaRunner final : core::BackendRunner {
     return t;
   }
 
+  void precompile(const core::PallasCall& call) const override {
+    compile_call(call, call.compiler_params.arch.empty() ? driver().arch : call.compiler_params.arch);
+  }
+  std::string device_name() const override { return driver().arch + " smem " + std::to_string(driver().max_smem_optin); }
+
   void synchronize() const override {
     make_current(0);
     check(driver().cuCtxSynchronize(), "synchronize");
