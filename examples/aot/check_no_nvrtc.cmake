@@ -1,0 +1,12 @@
+# Fails if BINARY needs NVRTC, libcuda or the CUDA runtime as shared libraries (readelf -d).
+execute_process(COMMAND readelf -d ${BINARY} OUTPUT_VARIABLE dyn RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "readelf -d ${BINARY} failed")
+endif()
+string(REGEX MATCHALL "Shared library: \\[[^]]*\\]" needed "${dyn}")
+message(STATUS "${BINARY} needs: ${needed}")
+foreach(lib nvrtc libcuda cudart)
+  if(needed MATCHES "${lib}")
+    message(FATAL_ERROR "${BINARY} depends on ${lib}: an AOT program must need only the driver, loaded at run time")
+  endif()
+endforeach()
