@@ -132,7 +132,14 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
   E.line("// loop pipeline: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes");
   E.sync();  // the buffers may hold the exchange region's last use
-  for (int s = 0; s + 1 < p.stages; ++s) issue(E, p, body, lo + " + " + std::to_string(s), std::to_string(s), hi);
+  // the prologue: iterations lo .. lo + stages - 2 into stages 0 .. stages - 2 (a rolled loop:
+  // one copy of the issue code, which NVRTC compiles once)
+  std::string ps = E.fresh("ps");
+  E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(p.stages - 1) + "; ++" + ps + ") {");
+  ++E.depth;
+  issue(E, p, body, lo + " + " + ps, ps, hi);
+  --E.depth;
+  E.line("}");
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes\n";
   for (const PipelinedLoad& l : p.loads)
