@@ -128,5 +128,47 @@ TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
   EXPECT_EQ(pallas::cuda::lower(call.state()->get_traced(), "sm_80").dots_text, "");
 }
 
+// Which loads the pipeliner takes, and how deep (pipeline.h): trans_b puts B K-major (still
+// along the rows the program holds); f32 stays on the register path (tf32 rounding); a loop
+// that writes a ref is not pipelined; num_stages is honoured and shrinks to fit 160 KiB, or the
+// loop is not pipelined at all. (K-major tiles hold whole 128-byte rows: K = 32 takes 64.)
+std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128) {
+  int64_t n = 512, bm = 128;
+  auto call = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value k, pl::Value acc) {
+          pl::Value y = tb ? b(pl::all, pl::ds(k * bk, bk)) : b(pl::ds(k * bk, bk), pl::all);
+          pl::Value d = pl::dot(a(pl::all, pl::ds(k * bk, bk)), y, {.trans_b = tb});
+          if (write_in_loop) o[pl::all] = d.astype(t);
+          return acc + d;
+        });
+        o[pl::all] = acc.astype(t);
+      },
+      pl::ShapeDtype({n, n}, t),
+      {.grid = {n / bm, n / bn},
+       .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                    tb ? pl::BlockSpec({bn, n}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
+                       : pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+       .compiler_params = {.num_warps = 4, .num_stages = stages}});
+  call.trace({pl::ShapeDtype({n, n}, t), pl::ShapeDtype({n, n}, t)});
+  return pallas::cuda::lower(call.state()->get_traced(), "sm_90a").dots_text;
+}
+
+TEST(CudaLayout, PipelinerChoosesItsLoads) {
+  EXPECT_EQ(dots_of(32, pl::f16, true, false, 4),
+            "loop: 4 stages of 32768 bytes\n"
+            "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
+            "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major pipelined, B K-major pipelined\n");
+  EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
+            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B K-major from registers\n");
+  EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B MN-major from registers\n");
+  // 64 KiB a stage: 3 stages would not fit in 160 KiB, 2 do; 96 KiB a stage: not even 2
+  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128).substr(0, 30), "loop: 2 stages of 65536 bytes\n");
+  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
+}
+
 }  // namespace
 #endif
