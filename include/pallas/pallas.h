@@ -9,4 +9,5 @@
 #include "pallas/error.h"
 #include "pallas/kernel.h"
 #include "pallas/pallas_call.h"
+#include "pallas/stream.h"
 #include "pallas/transforms.h"

@@ -1,8 +1,14 @@
 #include "src/backends/cuda/driver.h"
 
+#include <map>
+#include <vector>
+
+#include "pallas/stream.h"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <type_traits>
 #include <mutex>
 #include <unordered_map>
 
@@ -45,6 +51,12 @@ Driver load() {
   sym(d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   sym(d.cuMemcpyDtoD, "cuMemcpyDtoD_v2");
   sym(d.cuMemsetD32, "cuMemsetD32_v2");
+  sym(d.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+  sym(d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  sym(d.cuMemsetD32Async, "cuMemsetD32Async");
+  sym(d.cuMemsetD16Async, "cuMemsetD16Async");
+  sym(d.cuMemsetD8Async, "cuMemsetD8Async");
+  sym(d.cuStreamSynchronize, "cuStreamSynchronize");
   sym(d.cuMemsetD16, "cuMemsetD16_v2");
   sym(d.cuMemsetD8, "cuMemsetD8_v2");
   sym(d.cuGetErrorString, "cuGetErrorString");
@@ -58,6 +70,15 @@ Driver load() {
     sym(d.cuEventElapsedTime, "cuEventElapsedTime");
   }
   d.cuTensorMapEncodeTiled = reinterpret_cast<decltype(d.cuTensorMapEncodeTiled)>(dlsym(h, "cuTensorMapEncodeTiled"));
+  auto optional = [&](auto& f, const char* name) { f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(h, name)); };
+  optional(d.cuStreamCreate, "cuStreamCreate");
+  optional(d.cuStreamDestroy, "cuStreamDestroy_v2");
+  optional(d.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  optional(d.cuStreamEndCapture, "cuStreamEndCapture");
+  optional(d.cuGraphInstantiate, "cuGraphInstantiateWithFlags");
+  optional(d.cuGraphLaunch, "cuGraphLaunch");
+  optional(d.cuGraphExecDestroy, "cuGraphExecDestroy");
+  optional(d.cuGraphDestroy, "cuGraphDestroy");
   if (!all) {
     d.why = "libcuda lacks a driver API entry point Pallas needs (driver too old?)";
     return d;
@@ -84,11 +105,23 @@ Driver load() {
 
 // A small caching allocator: freed blocks are kept by size (up to 8 GiB in all), so that a
 // steady stream of calls does not pay cuMemAlloc/cuMemFree each time.
+// Blocks are pooled per stream (the launch stream when they were allocated): a freed block is
+// reused only by allocations on the same stream, whose work is ordered after the old user's.
 struct Pool {
+  struct Block {
+    size_t size;
+    CUstream stream;
+  };
   std::mutex mu;
-  std::unordered_multimap<size_t, CUdeviceptr> free;
-  std::unordered_map<CUdeviceptr, size_t> size;
+  std::map<std::pair<CUstream, size_t>, std::vector<CUdeviceptr>> free;
+  std::unordered_map<CUdeviceptr, Block> blocks;
   size_t cached = 0;
+  void release_all() {  // (mu held) give every cached block back to the driver
+    for (auto& [key, v] : free)
+      for (CUdeviceptr q : v) driver().cuMemFree(q), blocks.erase(q);
+    free.clear();
+    cached = 0;
+  }
 };
 Pool& pool() {
   static Pool* p = new Pool;
@@ -99,13 +132,14 @@ size_t round_size(size_t b) { return b <= 512 ? 512 : (b + 4095) & ~size_t{4095}
 void* dev_alloc(int device, size_t bytes) {
   make_current(device);
   size_t n = round_size(bytes);
+  CUstream st = launch_stream();
   Pool& P = pool();
   {
     std::lock_guard<std::mutex> g(P.mu);
-    auto it = P.free.find(n);
-    if (it != P.free.end()) {
-      CUdeviceptr p = it->second;
-      P.free.erase(it);
+    auto it = P.free.find({st, n});
+    if (it != P.free.end() && !it->second.empty()) {
+      CUdeviceptr p = it->second.back();
+      it->second.pop_back();
       P.cached -= n;
       return reinterpret_cast<void*>(p);
     }
@@ -114,14 +148,12 @@ void* dev_alloc(int device, size_t bytes) {
   CUresult r = driver().cuMemAlloc(&p, n);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // give the cache back and try once more
     std::lock_guard<std::mutex> g(P.mu);
-    for (auto& [sz, q] : P.free) driver().cuMemFree(q);
-    P.free.clear();
-    P.cached = 0;
+    P.release_all();
     r = driver().cuMemAlloc(&p, n);
   }
   check(r, "allocating " + std::to_string(bytes) + " bytes of device memory");
   std::lock_guard<std::mutex> g(P.mu);
-  P.size[p] = n;
+  P.blocks[p] = {n, st};
   return reinterpret_cast<void*>(p);
 }
 void dev_free(int device, void* ptr) {
@@ -129,13 +161,14 @@ void dev_free(int device, void* ptr) {
   CUdeviceptr p = reinterpret_cast<CUdeviceptr>(ptr);
   Pool& P = pool();
   std::lock_guard<std::mutex> g(P.mu);
-  size_t n = P.size.count(p) ? P.size[p] : 0;
-  if (n && P.cached + n <= (size_t{8} << 30)) {
-    P.free.emplace(n, p);
-    P.cached += n;
+  auto it = P.blocks.find(p);
+  if (it == P.blocks.end()) return;
+  if (P.cached + it->second.size <= (size_t{8} << 30)) {
+    P.free[{it->second.stream, it->second.size}].push_back(p);
+    P.cached += it->second.size;
     return;
   }
-  P.size.erase(p);
+  P.blocks.erase(it);
   driver().cuMemFree(p);
 }
 void to_dev(int device, void* dst, const void* src, size_t n) {
@@ -144,11 +177,13 @@ void to_dev(int device, void* dst, const void* src, size_t n) {
 }
 void to_host(int device, void* dst, const void* src, size_t n) {
   make_current(device);
+  if (launch_stream()) sync_launch_stream("waiting for the stream before copying to the host");  // a non-blocking stream's results
   check(driver().cuMemcpyDtoH(dst, reinterpret_cast<CUdeviceptr>(src), n), "copying to the host");
 }
 void dev_copy(int device, void* dst, const void* src, size_t n) {
   make_current(device);
-  check(driver().cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n), "copying on the device");
+  check(driver().cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), n, launch_stream()),
+        "copying on the device");
 }
 
 }  // namespace
@@ -177,6 +212,13 @@ void make_current(int device) {
     driver().cuCtxSetCurrent(g_ctx);
     done = true;
   }
+}
+
+CUstream launch_stream() { return static_cast<CUstream>(current_stream()); }
+
+void sync_launch_stream(const std::string& what) {
+  CUstream s = launch_stream();
+  check(s ? driver().cuStreamSynchronize(s) : driver().cuCtxSynchronize(), what);
 }
 
 void check(CUresult r, const std::string& what) {

@@ -29,6 +29,22 @@ struct Driver {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
   CUresult (*cuMemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned, size_t, CUstream);
+  CUresult (*cuMemsetD16Async)(CUdeviceptr, unsigned short, size_t, CUstream);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuStreamSynchronize)(CUstream);
+  // Optional (nullptr when the driver lacks them): streams and graphs, for tests and benchmarks
+  // that play the part of a caller's program.
+  CUresult (*cuStreamCreate)(CUstream*, unsigned) = nullptr;
+  CUresult (*cuStreamDestroy)(CUstream) = nullptr;
+  CUresult (*cuStreamBeginCapture)(CUstream, CUstreamCaptureMode) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t);
   CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
@@ -45,6 +61,11 @@ struct Driver {
   std::string arch;  // "sm_90a" etc. of device 0
   int max_smem_optin = 0;
 };
+
+// The stream calls on this thread launch on (pl::StreamScope; nullptr: the legacy stream).
+CUstream launch_stream();
+// Waits for the launch stream's work (the whole context on the legacy stream).
+void sync_launch_stream(const std::string& what);
 
 // Loaded and initialised once (device 0's primary context made current per thread).
 const Driver& driver();

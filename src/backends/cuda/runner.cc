@@ -69,13 +69,15 @@ void poison_fill(Array& a, const std::string& what) {
     case DType::U32: bits = 0xffffffffu; break;
     case DType::U64: bits = ~0ull; break;
   }
+  CUstream s = launch_stream();
   switch (itemsize(a.dtype())) {
-    case 1: check(d.cuMemsetD8(dev, static_cast<unsigned char>(bits), n), what + ": poisoning an output"); return;
-    case 2: check(d.cuMemsetD16(dev, static_cast<unsigned short>(bits), n), what + ": poisoning an output"); return;
-    case 4: check(d.cuMemsetD32(dev, static_cast<unsigned>(bits), n), what + ": poisoning an output"); return;
-    default: {  // 8-byte words: a host pattern copied over (debug runs only)
+    case 1: check(d.cuMemsetD8Async(dev, static_cast<unsigned char>(bits), n, s), what + ": poisoning an output"); return;
+    case 2: check(d.cuMemsetD16Async(dev, static_cast<unsigned short>(bits), n, s), what + ": poisoning an output"); return;
+    case 4: check(d.cuMemsetD32Async(dev, static_cast<unsigned>(bits), n, s), what + ": poisoning an output"); return;
+    default: {  // 8-byte words: a host pattern copied over (debug runs only; waits for it)
       std::vector<uint64_t> host(n, bits);
-      check(d.cuMemcpyHtoD(dev, host.data(), n * 8), what + ": poisoning an output");
+      check(d.cuMemcpyHtoDAsync(dev, host.data(), n * 8, s), what + ": poisoning an output");
+      sync_launch_stream(what + ": poisoning an output");
     }
   }
 }
@@ -108,7 +110,7 @@ void launch_fast(const Compiled& c, CUfunction f, const std::vector<Array>& ins,
     encode_2d(&maps[1], m.in, ins[1].raw_data(), m.n, m.k, 64, 64, what);
     int M = static_cast<int>(m.m), N = static_cast<int>(m.n), K = static_cast<int>(m.k);
     void* params[] = {&maps[0], &maps[1], &cptr, &M, &N, &K};
-    check(d.cuLaunchKernel(f, static_cast<unsigned>(m.grid), 1, 1, m.threads, 1, 1, m.smem_bytes, nullptr, params, nullptr),
+    check(d.cuLaunchKernel(f, static_cast<unsigned>(m.grid), 1, 1, m.threads, 1, 1, m.smem_bytes, launch_stream(), params, nullptr),
           what + ": launching " + m.entry);
   } else {
     const auto& a = *c.attention;
@@ -118,7 +120,7 @@ void launch_fast(const Compiled& c, CUfunction f, const std::vector<Array>& ins,
     float scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
     void* params[] = {&maps[0], &maps[1], &maps[2], &cptr, &seq, &scale_log2};
     check(d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1,
-                           a.smem_bytes, nullptr, params, nullptr),
+                           a.smem_bytes, launch_stream(), params, nullptr),
           what + ": launching " + a.entry);
   }
 }
@@ -129,6 +131,7 @@ void print_log(const std::vector<PrintSite>& sites, CUdeviceptr plog, uint64_t c
                const std::function<std::vector<int64_t>(int64_t)>& program_id, const std::string& what) {
   const Driver& d = driver();
   uint64_t used = 0;
+  sync_launch_stream(what + ": waiting for the kernel's prints");
   check(d.cuMemcpyDtoH(&used, plog, sizeof used), what + ": reading the print log");
   uint64_t n = std::min(used, capacity);
   std::vector<uint64_t> slots(n);
@@ -191,10 +194,13 @@ struct CudaRunner final : core::BackendRunner {
     check(d.cuEventCreate(&b, 0), "do_bench: creating an event");
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
-      if (flush_l2) check(d.cuMemsetD32(reinterpret_cast<CUdeviceptr>(flush.raw_data()), static_cast<unsigned>(i), static_cast<size_t>(flush.size())), "do_bench: flushing the L2");
-      check(d.cuEventRecord(a, nullptr), "do_bench: recording an event");
+      CUstream st = launch_stream();
+      if (flush_l2)
+        check(d.cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(flush.raw_data()), static_cast<unsigned>(i), static_cast<size_t>(flush.size()), st),
+              "do_bench: flushing the L2");
+      check(d.cuEventRecord(a, st), "do_bench: recording an event");
       fn();
-      check(d.cuEventRecord(b, nullptr), "do_bench: recording an event");
+      check(d.cuEventRecord(b, st), "do_bench: recording an event");
       check(d.cuEventSynchronize(b), "do_bench: waiting for the timed run");
       float ms = 0;
       check(d.cuEventElapsedTime(&ms, a, b), "do_bench: reading the events");
@@ -212,7 +218,7 @@ struct CudaRunner final : core::BackendRunner {
 
   void synchronize() const override {
     make_current(0);
-    check(driver().cuCtxSynchronize(), "synchronize");
+    sync_launch_stream("synchronize");
   }
 
  private:
@@ -254,8 +260,8 @@ struct CudaRunner final : core::BackendRunner {
         if (static_cast<size_t>(oi) == o) {
           aliased = true;
           if (out.raw_data() == ins[static_cast<size_t>(i)].raw_data() || out.nbytes() == 0) continue;  // in place
-          check(d.cuMemcpyDtoD(reinterpret_cast<CUdeviceptr>(out.raw_data()), reinterpret_cast<CUdeviceptr>(ins[static_cast<size_t>(i)].raw_data()),
-                               out.nbytes()),
+          check(d.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(out.raw_data()), reinterpret_cast<CUdeviceptr>(ins[static_cast<size_t>(i)].raw_data()),
+                                    out.nbytes(), launch_stream()),
                 call.what + ": copying an aliased input");
         }
       if (!aliased && poison) poison_fill(out, call.what);
@@ -282,7 +288,7 @@ struct CudaRunner final : core::BackendRunner {
     if (c->lowered.has_check) {
       err = Array(Shape{2}, DType::I32, Device::cuda(0));
       perr = reinterpret_cast<CUdeviceptr>(err.raw_data());
-      check(d.cuMemsetD32(perr, 0x7fffffff, 2), call.what + ": check flag");
+      check(d.cuMemsetD32Async(perr, 0x7fffffff, 2, launch_stream()), call.what + ": check flag");
     }
     // debug_print's log: [used slots, capacity, records...] (lower.h, PrintSite).
     Array log;
@@ -292,7 +298,8 @@ struct CudaRunner final : core::BackendRunner {
       log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(0));
       plog = reinterpret_cast<CUdeviceptr>(log.raw_data());
       uint64_t head[2] = {0, kLogSlots};
-      check(d.cuMemcpyHtoD(plog, head, sizeof head), call.what + ": print log");
+      check(d.cuMemcpyHtoDAsync(plog, head, sizeof head, launch_stream()), call.what + ": print log");
+      sync_launch_stream(call.what + ": print log");  // `head` is on this stack
     }
     std::vector<void*> kp;
     for (auto& p : ptrs) kp.push_back(&p);
@@ -304,7 +311,7 @@ struct CudaRunner final : core::BackendRunner {
     unsigned gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
     unsigned gy = static_cast<unsigned>((total + gx - 1) / gx);
     check(d.cuLaunchKernel(f, gx, gy, 1, static_cast<unsigned>(c->lowered.threads), 1, 1,
-                           static_cast<unsigned>(c->lowered.smem_bytes), nullptr, kp.data(), nullptr),
+                           static_cast<unsigned>(c->lowered.smem_bytes), launch_stream(), kp.data(), nullptr),
           call.what + ": launching " + c->lowered.name);
     auto program_id = [&](int64_t lin) {
       std::vector<int64_t> pid(gm.grid.size());
