@@ -66,7 +66,7 @@ size_t num_dynamic(const Call& c) {
 }  // namespace
 
 // Tunes or recalls the entry for these arguments (st.mu held).
-const Autotuned::State::Entry& tune_locked(Autotuned::State& st, const std::vector<Array>& args) {
+static const Autotuned::State::Entry& tune_locked(Autotuned::State& st, const std::vector<Array>& args) {
   // The candidates, traced for these arguments.
   struct Candidate {
     Config cfg;
@@ -156,13 +156,10 @@ const Autotuned::State::Entry& tune_locked(Autotuned::State& st, const std::vect
     rep.rejected.emplace_back(c.cfg, c.error);
   }
   if (!best) {
-    std::string why;
+    std::string inputs, why;
+    for (const Array& a : args) inputs += " " + a.shape_dtype().str();
     for (auto& [cfg, e] : rep.rejected) why += "\n  {" + cfg.str() + "}: " + e;
-    throw Error(st.what() + ": every configuration failed for inputs" + (args.empty() ? std::string(" ()") : "") + [&] {
-      std::string s;
-      for (const Array& a : args) s += " " + a.shape_dtype().str();
-      return s;
-    }() + ":" + why);
+    throw Error(st.what() + ": every configuration failed for inputs" + (inputs.empty() ? " ()" : inputs) + ":" + why);
   }
   if (st.opts.disk_cache) {  // temp file + rename: safe against concurrent tuners
     std::error_code ec;
