@@ -35,6 +35,9 @@ if has tests; then
   t0=$(date +%s)
   ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
   echo "ctest CUDA-lowering tests rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
+  # the examples on the GPU: the demo, and the AOT programs (runtime only; JIT vs AOT bit for bit)
+  ctest --test-dir build-gpu -j4 --timeout 240 -R "^examples\." --output-on-failure > "$OUT/ctest-examples.log" 2>&1
+  echo "ctest examples rc=$?"; grep -E "tests passed|tests failed|Skipped|agree|DIFFER" "$OUT/ctest-examples.log" | head -12
 fi
 if has regress; then
   PALLAS_TEST_BACKEND=cuda build-gpu/tests/pallas_tests --gtest_filter='FuzzRegression.*:Atomics.*' > "$OUT/regress.log" 2>&1
