@@ -84,6 +84,9 @@ class Emitter {
   // Dot operands the loop pipeline keeps in shared memory (pipeline.cc): IR var -> a C
   // expression of the current stage's swizzled tile.
   std::unordered_map<int64_t, std::string> smem_operands;
+  // Tiles that are one scalar broadcast (IR var -> the scalar's C expression): a loop carry
+  // starting from one fills its fragments directly instead of through shared memory.
+  std::unordered_map<int64_t, std::string> uniform;
   int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
   std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true

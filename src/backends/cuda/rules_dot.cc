@@ -376,11 +376,14 @@ void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const Mm
   E.sync();
 }
 void tile_to_fragments(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const ir::Atom& in, const std::string& frag) {
-  std::string xc = exchange_tile(E, d, m);
-  if (Emitter::scalar_like(ir::atom_aval(in))) {
-    foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = (" + m.acc + ")ld(" + E.name(in) + ");"); });
+  std::string scalar;  // one value for every element: straight into the fragments
+  if (Emitter::scalar_like(ir::atom_aval(in))) scalar = E.name(in);
+  else if (auto* v = std::get_if<ir::Var>(&in); v && E.uniform.count(v->id)) scalar = E.uniform.at(v->id);
+  if (!scalar.empty()) {
+    foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = (" + m.acc + ")ld(" + scalar + ");"); });
     return;
   }
+  std::string xc = exchange_tile(E, d, m);
   E.foreach({d.M, d.N}, [&] { E.line(xc + "[e] = (" + m.acc + ")ld(" + E.elem(in, "k") + ");"); });
   E.sync();
   foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = " + xc + "[i * " + std::to_string(d.N) + " + j];"); });

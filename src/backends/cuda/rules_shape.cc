@@ -219,6 +219,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
       if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
       E.declare(o);
       E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
+      E.uniform[o.id] = E.name(e.in[0]);
       return;
     }
     auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
