@@ -100,39 +100,13 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
             "  #2 store output 0 f32[64,64]: scalar (a masked store)\n");
 }
 
-// The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
-// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, three stages
-// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there.
-TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
-  int64_t n = 512, bm = 128, bn = 128, bk = 64;
-  auto call = pl::pallas_call(
-      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
-        pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value k, pl::Value acc) {
-          return acc + pl::dot(a(pl::all, pl::ds(k * bk, bk)), b(pl::ds(k * bk, bk), pl::all));
-        });
-        o[pl::all] = pl::maximum(acc, 0.f).astype(pl::bf16);
-      },
-      pl::ShapeDtype({n, n}, pl::bf16),
-      {.grid = {n / bm, n / bn},
-       .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
-                    pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
-       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-       .compiler_params = {.num_warps = 8}});
-  call.trace({pl::ShapeDtype({n, n}, pl::bf16), pl::ShapeDtype({n, n}, pl::bf16)});
-  EXPECT_EQ(pallas::cuda::lower(call.state()->get_traced(), "sm_90a").dots_text,
-            "loop: 3 stages of 32768 bytes\n"
-            "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
-            "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
-            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
-  // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
-  EXPECT_EQ(pallas::cuda::lower(call.state()->get_traced(), "sm_80").dots_text, "");
-}
-
 // Which loads the pipeliner takes, and how deep (pipeline.h): trans_b puts B K-major (still
 // along the rows the program holds); f32 stays on the register path (tf32 rounding); a loop
 // that writes a ref is not pipelined; num_stages is honoured and shrinks to fit 160 KiB, or the
 // loop is not pipelined at all. (K-major tiles hold whole 128-byte rows: K = 32 takes 64.)
-std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128) {
+// dots_of: the dots text of a K loop of bf16/f16/f32 dots over 128 x bn blocks, lowered for arch.
+std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128, int warps = 4,
+                    const std::string& arch = "sm_90a") {
   int64_t n = 512, bm = 128;
   auto call = pl::pallas_call(
       [=](pl::Ref a, pl::Ref b, pl::Ref o) {
@@ -150,9 +124,22 @@ std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int st
                     tb ? pl::BlockSpec({bn, n}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
                        : pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
        .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-       .compiler_params = {.num_warps = 4, .num_stages = stages}});
+       .compiler_params = {.num_warps = warps, .num_stages = stages}});
   call.trace({pl::ShapeDtype({n, n}, t), pl::ShapeDtype({n, n}, t)});
-  return pallas::cuda::lower(call.state()->get_traced(), "sm_90a").dots_text;
+  return pallas::cuda::lower(call.state()->get_traced(), arch).dots_text;
+}
+
+// The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
+// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, three stages
+// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there.
+TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
+  EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8),
+            "loop: 3 stages of 32768 bytes\n"
+            "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
+  // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
+  EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8, "sm_80"), "");
 }
 
 TEST(CudaLayout, PipelinerChoosesItsLoads) {

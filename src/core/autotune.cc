@@ -40,6 +40,9 @@ struct Autotuned::State {
     TuningReport report;
   };
   std::map<std::string, Entry> chosen;  // by key (device, shapes, candidates)
+  // The entry for arguments of these shapes, found without running the factory again (every
+  // call of the tuned kernel looks here first).
+  std::map<std::string, const Entry*> by_args;
   std::string what() const { return "autotune" + (opts.name.empty() ? std::string() : " '" + opts.name + "'"); }
 };
 
@@ -66,7 +69,19 @@ size_t num_dynamic(const Call& c) {
 }  // namespace
 
 // Tunes or recalls the entry for these arguments (st.mu held).
+static const Autotuned::State::Entry& tune_candidates(Autotuned::State& st, const std::vector<Array>& args);
+
 static const Autotuned::State::Entry& tune_locked(Autotuned::State& st, const std::vector<Array>& args) {
+  std::string shapes;
+  for (const Array& a : args) shapes += a.shape_dtype().str() + ";";
+  if (auto it = st.by_args.find(shapes); it != st.by_args.end()) return *it->second;
+  const Autotuned::State::Entry& e = tune_candidates(st, args);
+  st.by_args[shapes] = &e;
+  return e;
+}
+
+// Traces the candidates, then recalls (memory, disk) or times them.
+static const Autotuned::State::Entry& tune_candidates(Autotuned::State& st, const std::vector<Array>& args) {
   // The candidates, traced for these arguments.
   struct Candidate {
     Config cfg;

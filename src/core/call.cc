@@ -38,10 +38,9 @@ std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> ou
 
 }  // namespace detail
 
-std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
-  if (!state_) throw Error("Call: calling an empty Call");
-  auto& st = *state_;
-  if (st.run) return st.run(args);
+namespace {
+// The traced call for these arguments (tracing on first use), the arguments checked against it.
+const core::PallasCall& traced_for(detail::CallState& st, const std::vector<Array>& args) {
   if (!st.traced) {
     int nd = 0;
     for (int64_t g : st.opts.grid) nd += g < 0;
@@ -57,7 +56,14 @@ std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
   }
   const core::PallasCall& c = st.get_traced();
   core::check_arguments(c, args);
-  return core::execute(c, args, nullptr);
+  return c;
+}
+}  // namespace
+
+std::vector<Array> Call::operator()(const std::vector<Array>& args) const {
+  if (!state_) throw Error("Call: calling an empty Call");
+  if (state_->run) return state_->run(args);
+  return core::execute(traced_for(*state_, args), args, nullptr);
 }
 
 void Call::into(const std::vector<Array>& outs, const std::vector<Array>& args) const {
@@ -77,19 +83,7 @@ void Call::into(const std::vector<Array>& outs, const std::vector<Array>& args) 
     for (size_t k = 0; k < r.size(); ++k) outs[k].copy_from(r[k]);
     return;
   }
-  if (!st.traced) {
-    std::vector<ShapeDtype> ins;
-    int nd = 0;
-    for (int64_t g : st.opts.grid) nd += g < 0;
-    for (size_t k = static_cast<size_t>(std::min<int>(nd, static_cast<int>(args.size()))); k < args.size(); ++k) {
-      if (!args[k].defined()) throw Error(st.what + ": input " + std::to_string(k - nd) + " is an empty Array");
-      ins.push_back(args[k].shape_dtype());
-    }
-    st.get(ins);
-  }
-  const core::PallasCall& c = st.get_traced();
-  core::check_arguments(c, args);
-  core::execute(c, args, &outs);
+  core::execute(traced_for(st, args), args, &outs);
 }
 
 Array Call::single(const std::vector<Array>& args) const {

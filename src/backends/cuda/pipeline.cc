@@ -77,15 +77,9 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
 LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry) {
   LoopPipeline p;
   if (!E.wgmma || E.num_stages < 2 || has_effects(body)) return p;
-  std::unordered_map<int64_t, const ir::Eqn*> def;
-  std::unordered_map<int64_t, int> uses;
-  for (const ir::Eqn& e : body.eqns) {
-    for (const ir::Atom& x : e.in)
-      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
-    for (const ir::Var& o : e.out) def[o.id] = &e;
-  }
-  for (const ir::Atom& x : body.outvars)
-    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  BodyUses bu(body);
+  auto& def = bu.def;
+  auto& uses = bu.uses;
   for (const ir::Eqn& dot : body.eqns) {
     if (dot.prim->id != PrimId::dot) continue;
     for (int i = 0; i < 2; ++i) {

@@ -12,6 +12,22 @@ void register_dot_rules(ir::RuleTable<LowerRule>& t);     // dot: tensor cores (
 void register_memory_rules(ir::RuleTable<LowerRule>& t);
 void register_control_rules(ir::RuleTable<LowerRule>& t);  // loops, cond, grid queries, print, check
 
+// Where each var of a loop body is defined and how often it is used (by its eqns and outputs):
+// the loop plans (fragment carries, the pipeliner) look for single-use chains with it.
+struct BodyUses {
+  std::unordered_map<int64_t, const ir::Eqn*> def;
+  std::unordered_map<int64_t, int> uses;
+  explicit BodyUses(const ir::Jaxpr& body) {
+    for (const ir::Eqn& e : body.eqns) {
+      for (const ir::Atom& x : e.in)
+        if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+      for (const ir::Var& o : e.out) def[o.id] = &e;
+    }
+    for (const ir::Atom& x : body.outvars)
+      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  }
+};
+
 // A fori_loop carry kept in tensor-core fragments across the loop (rules_dot.cc).
 struct FragmentCarry {
   const ir::Eqn* dot = nullptr;  // the body's dot whose result is added to the carry

@@ -471,15 +471,9 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
   const ir::Var& in = body.invars[1 + c];
   const auto* outv = std::get_if<ir::Var>(&body.outvars[c]);
   if (!outv || in.aval.shape.size() != 2) return std::nullopt;
-  std::unordered_map<int64_t, int> uses;
-  std::unordered_map<int64_t, const ir::Eqn*> def;
-  for (const ir::Eqn& e : body.eqns) {
-    for (auto& x : e.in)
-      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
-    for (auto& o : e.out) def[o.id] = &e;
-  }
-  for (auto& x : body.outvars)
-    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  BodyUses bu(body);
+  auto& def = bu.def;
+  auto& uses = bu.uses;
   auto it = def.find(outv->id);
   if (it == def.end() || it->second->prim->id != PrimId::add || uses[outv->id] != 1 || uses[in.id] != 1) return std::nullopt;
   const ir::Eqn& add = *it->second;
