@@ -82,6 +82,18 @@ def torch_anchors():
     torch.backends.cuda.matmul.allow_tf32 = False
     emit(workload=f"f32 (tf32) matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
     del p, q, pf, qf
+    B, H, S, D = 8, 16, 2048, 64
+    q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
+    k = torch.randn_like(q)
+    v = torch.randn_like(q)
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    for be, name in ((SDPBackend.CUDNN_ATTENTION, "torch cuDNN"), (SDPBackend.FLASH_ATTENTION, "torch FA2")):
+        try:
+            with sdpa_kernel(be):
+                ms = torch_time(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), reps=20)
+            emit(workload="bf16 attention B8 H16 S2048 D64", impl=name, ms=ms, tflops=4 * B * H * S * S * D / ms / 1e9)
+        except Exception as e:  # noqa: BLE001
+            emit(workload="attention D64", impl=name, error=str(e)[:200])
     B, H, S, D = 4, 16, 4096, 128
     q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
     k = torch.randn_like(q)

@@ -213,8 +213,9 @@ int main() {
     auto cfg = [](int64_t bm, int64_t bn, int64_t bk, int64_t w, int64_t s) {
       return pl::Config{{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", w}, {"num_stages", s}}};
     };
-    pl::Autotuned mm = pl::kernels::tuned_matmul(pl::bf16, {cfg(128, 128, 64, 8, 3), cfg(128, 128, 64, 4, 3), cfg(128, 256, 64, 8, 3),
-                                                          cfg(64, 128, 64, 4, 4), cfg(128, 128, 32, 8, 4), cfg(256, 128, 64, 8, 2)});
+    pl::Autotuned mm = pl::kernels::tuned_matmul(pl::bf16, {cfg(128, 128, 64, 8, 3), cfg(128, 128, 64, 8, 2), cfg(128, 128, 64, 4, 3),
+                                                          cfg(128, 256, 64, 8, 3), cfg(128, 256, 64, 8, 2), cfg(64, 128, 64, 4, 4),
+                                                          cfg(128, 128, 32, 8, 4), cfg(256, 128, 64, 8, 2)});
     double t0 = now_ms();
     pl::TuningReport r = mm.tune({a, b});
     double tune_ms = now_ms() - t0;
@@ -226,6 +227,56 @@ int main() {
     double ms_def = median_ms([&] { out = def(a, b); }, 10);
     std::printf("autotuned_bf16_matmul_4096^3,%.4f,TFLOP/s,%.2f,chosen=%s%s,default(64x64x32 w4)=%.2f TFLOP/s,tuning_ms=%.0f\n", ms,
                 2.0 * n * n * n / ms / 1e9, r.best.str().c_str(), r.from_cache ? " (cached)" : "", 2.0 * n * n * n / ms_def / 1e9, tune_ms);
+  }
+  // Flash attention as a user writes it (kernels/attention.cc is written that way: online
+  // softmax over KV blocks, two pl::dot per iteration); run with PALLAS_NO_FAST_PATHS=1 it
+  // takes the general compiler, not the recognised sm_90a kernel.
+  struct AttnCase {
+    int64_t B, H, S, D, bq, bk;
+    int warps;
+  };
+  for (AttnCase c : {AttnCase{8, 16, 2048, 64, 64, 64, 4}, AttnCase{8, 16, 2048, 64, 128, 64, 8}, AttnCase{8, 16, 2048, 64, 128, 128, 8},
+                     AttnCase{4, 16, 4096, 128, 128, 64, 8}}) {
+    pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk};
+    cfg.compiler_params.num_warps = c.warps;
+    pl::Call k = pl::kernels::flash_attention(c.B, c.H, c.S, c.D, pl::bf16, cfg);
+    pl::Shape sh{c.B, c.H, c.S, c.D};
+    auto q = pl::random::normal(sh, pl::bf16, 21).to(pl::Device::cuda(0));
+    auto kk = pl::random::normal(sh, pl::bf16, 22).to(pl::Device::cuda(0));
+    auto v = pl::random::normal(sh, pl::bf16, 23).to(pl::Device::cuda(0));
+    pl::Array out;
+    double t0 = now_ms();
+    try {
+      out = k(q, kk, v);
+      pl::synchronize();
+    } catch (const pl::Error& e) {
+      std::printf("bf16_attention_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,0,-,0,error: %.160s\n", (long long)c.B, (long long)c.H, (long long)c.S, (long long)c.D,
+                  (long long)c.bq, (long long)c.bk, c.warps, e.what());
+      continue;
+    }
+    double first_ms = now_ms() - t0;
+    double ms = median_ms([&] { out = k(q, kk, v); }, 10);
+    // a few query rows of head (0, 0) against a double-precision reference
+    auto qv = q.to_vector<float>(), kv = kk.to_vector<float>(), vv = v.to_vector<float>(), ov = out.to_vector<float>();
+    double err = 0, scale = 1 / std::sqrt((double)c.D);
+    for (int64_t i = 0; i < c.S; i += 331) {
+      std::vector<double> p(c.S);
+      double m = -1e300, l = 0;
+      for (int64_t j = 0; j < c.S; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < c.D; ++d) s += (double)qv[i * c.D + d] * kv[j * c.D + d];
+        p[j] = s * scale, m = std::max(m, p[j]);
+      }
+      for (int64_t j = 0; j < c.S; ++j) l += (p[j] = std::exp(p[j] - m));
+      for (int64_t d = 0; d < c.D; ++d) {
+        double o = 0;
+        for (int64_t j = 0; j < c.S; ++j) o += p[j] * vv[j * c.D + d];
+        err = std::max(err, std::fabs(ov[i * c.D + d] - o / l));
+      }
+    }
+    double flops = 4.0 * c.B * c.H * c.S * c.S * c.D;
+    std::printf("bf16_attention_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", (long long)c.B, (long long)c.H,
+                (long long)c.S, (long long)c.D, (long long)c.bq, (long long)c.bk, c.warps, ms, flops / ms / 1e9, err, first_ms);
   }
   return 0;
 }

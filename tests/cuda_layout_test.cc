@@ -102,8 +102,10 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
 
 // Which loads the pipeliner takes, and how deep (pipeline.h): trans_b puts B K-major (still
 // along the rows the program holds); f32 stays on the register path (tf32 rounding); a loop
-// that writes a ref is not pipelined; num_stages is honoured and shrinks to fit 160 KiB, or the
+// that writes a ref is not pipelined; num_stages is honoured and shrinks to fit 200 KiB, or the
 // loop is not pipelined at all. (K-major tiles hold whole 128-byte rows: K = 32 takes 64.)
+// A dot that accumulates into a fragment carry stays in flight across iterations and takes one
+// more buffer than num_stages, when it fits.
 // dots_of: the dots text of a K loop of bf16/f16/f32 dots over 128 x bn blocks, lowered for arch.
 std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128, int warps = 4,
                     const std::string& arch = "sm_90a") {
@@ -130,11 +132,12 @@ std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int st
 }
 
 // The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
-// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, three stages
-// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there.
+// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, two iterations
+// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there while
+// the next iteration's copies are issued (four buffers for three stages).
 TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
   EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8),
-            "loop: 3 stages of 32768 bytes\n"
+            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
             "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
@@ -144,7 +147,7 @@ TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
 
 TEST(CudaLayout, PipelinerChoosesItsLoads) {
   EXPECT_EQ(dots_of(32, pl::f16, true, false, 4),
-            "loop: 4 stages of 32768 bytes\n"
+            "loop: 4 stages, 5 buffers of 32768 bytes, copies 3 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major pipelined, B K-major pipelined\n");
@@ -152,9 +155,14 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B K-major from registers\n");
   EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
             "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B MN-major from registers\n");
-  // 64 KiB a stage: 3 stages would not fit in 160 KiB, 2 do; 96 KiB a stage: not even 2
-  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128).substr(0, 30), "loop: 2 stages of 65536 bytes\n");
-  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
+  // 64 KiB a stage: the fourth buffer for the dot in flight would not fit in 200 KiB, three
+  // stages without it do; 96 KiB a stage: two buffers; 192 KiB a stage: not even 2
+  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128), "loop: 3 stages, 3 buffers of 65536 bytes, copies 2 iteration(s) ahead\n"
+            "  pipelined by cp.async: operand A (bf16[128,128], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async: operand B (bf16[128,128], MN-major) of the dot giving f32[128,128]\n"
+            "dot bf16[128,128] x bf16[128,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
+  EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 54), "loop: 2 stages, 2 buffers of 98304 bytes, copies 1 ite");
+  EXPECT_EQ(dots_of(256, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
 }
 
 }  // namespace

@@ -47,6 +47,40 @@ TEST_P(ShapeOpsTest, BroadcastTo) {
     }
 }
 
+// Broadcasts of every shape class the CUDA backend lowers apart (rules_shape.cc): a row vector
+// over rows and a column over columns, each with the broadcast extent a multiple of the
+// threads' repeat, a divisor of it, or neither; over 3-d tiles; with 1, 4 and 8 warps.
+TEST_P(ShapeOpsTest, BroadcastOfRowsAndColumnsAtEveryExtent) {
+  struct Case {
+    int64_t a, b, c;
+    int warps;
+  };
+  for (Case k : {Case{1, 8, 4096, 8}, Case{1, 16, 512, 4}, Case{1, 64, 8, 4}, Case{1, 5, 24, 4}, Case{1, 3, 40, 1}, Case{2, 3, 256, 4}}) {
+    SCOPED_TRACE("broadcast over [" + std::to_string(k.a) + "," + std::to_string(k.b) + "," + std::to_string(k.c) + "], " + std::to_string(k.warps) +
+                 " warps");
+    pl::Shape S{k.a, k.b, k.c};
+    pl::Array row = rand({1, 1, k.c}, 11), col = rand({k.a, k.b, 1}, 12), lead = rand({k.a, 1, 1}, 13);
+    auto call = pl::pallas_call(
+        [S](pl::Ref r, pl::Ref c, pl::Ref l, pl::Ref o1, pl::Ref o2, pl::Ref o3) {
+          o1[pl::all] = pl::broadcast_to(r[pl::all], S);
+          o2[pl::all] = pl::broadcast_to(c[pl::all], S);
+          o3[pl::all] = pl::broadcast_to(l[pl::all], S);
+        },
+        std::vector<pl::ShapeDtype>(3, pl::ShapeDtype(S, t())), {.name = "broadcasts", .compiler_params = {.num_warps = k.warps}});
+    auto outs = call({row, col, lead});
+    auto rv = to_doubles(row), cv = to_doubles(col), lv = to_doubles(lead);
+    auto o1 = to_doubles(outs[0]), o2 = to_doubles(outs[1]), o3 = to_doubles(outs[2]);
+    for (int64_t i = 0; i < k.a; ++i)
+      for (int64_t j = 0; j < k.b; ++j)
+        for (int64_t m = 0; m < k.c; ++m) {
+          int64_t f = (i * k.b + j) * k.c + m;
+          ASSERT_EQ(o1[f], rv[m]) << f;
+          ASSERT_EQ(o2[f], cv[i * k.b + j]) << f;
+          ASSERT_EQ(o3[f], lv[i]) << f;
+        }
+  }
+}
+
 TEST_P(ShapeOpsTest, ReshapeSqueezeExpandDims) {
   pl::Array x = rand({4, 32}, 4);
   auto call = interp_call(

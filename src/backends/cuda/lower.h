@@ -87,6 +87,9 @@ class Emitter {
   // Tiles that are one scalar broadcast (IR var -> the scalar's C expression): a loop carry
   // starting from one fills its fragments directly instead of through shared memory.
   std::unordered_map<int64_t, std::string> uniform;
+  // The dot of the loop being emitted whose wgmma wait is deferred to the next iteration
+  // (pipeline.h): it waits for all but its latest group and does not sync after.
+  const ir::Eqn* wgmma_in_flight = nullptr;
   int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
   std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true

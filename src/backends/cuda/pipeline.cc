@@ -48,8 +48,24 @@ bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, con
   return true;
 }
 
-// Shared memory the pipeline may take (the exchange region and resident blocks need the rest).
-constexpr size_t kPipelineBudget = 160 * 1024;
+// Shared memory the pipeline may take (the exchange region and resident blocks need the rest
+// of the 227 KiB a block may have).
+constexpr size_t kPipelineBudget = 200 * 1024;
+
+// The dots of a jaxpr and of the jaxprs inside its ops.
+int count_dots(const ir::Jaxpr& j) {
+  int n = 0;
+  for (const ir::Eqn& e : j.eqns) {
+    n += e.prim->id == PrimId::dot;
+    for (const auto& [name, v] : e.params.items) {
+      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p) n += count_dots(**p);
+      if (auto* ps = std::get_if<std::vector<ir::JaxprPtr>>(&v))
+        for (const ir::JaxprPtr& q : *ps)
+          if (q) n += count_dots(*q);
+    }
+  }
+  return n;
+}
 
 // Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
 void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi) {
@@ -110,43 +126,66 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
     }
   }
   if (p.loads.empty()) return p;
-  p.stages = E.num_stages;
-  while (p.stages > 2 && p.stages * p.stage_bytes + 1024 > kPipelineBudget) --p.stages;
-  if (p.stages * p.stage_bytes + 1024 > kPipelineBudget) p = LoopPipeline();
-  return p;
+  // the dot may stay in flight across iterations when it is the body's only dot, both its
+  // operands come from the pipeline and it accumulates into a fragment carry (nothing else
+  // reads its registers until the loop ends)
+  const ir::Eqn* async_dot = nullptr;
+  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot))
+    async_dot = p.loads[0].dot;
+  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + 1024 <= kPipelineBudget; };
+  for (int s = E.num_stages; s >= 2; --s) {
+    if (async_dot && fits(s + 1)) {
+      p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot;
+      return p;
+    }
+    if (fits(s)) {
+      p.stages = s, p.buffers = s, p.ahead = s - 1;
+      return p;
+    }
+  }
+  return LoopPipeline();
 }
 
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
-  size_t bytes = static_cast<size_t>(p.stages) * p.stage_bytes + 1024;
+  size_t bytes = static_cast<size_t>(p.buffers) * p.stage_bytes + 1024;
   E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
-  E.line("// loop pipeline: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes");
+  std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
+                     " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "");
+  E.line("// loop pipeline: " + what);
   E.sync();  // the buffers may hold the exchange region's last use
-  // the prologue: iterations lo .. lo + stages - 2 into stages 0 .. stages - 2 (a rolled loop:
+  if (p.dot_in_flight) E.wgmma_in_flight = p.dot_in_flight;
+  // the prologue: iterations lo .. lo + ahead - 1 into buffers 0 .. ahead - 1 (a rolled loop:
   // one copy of the issue code, which NVRTC compiles once)
   std::string ps = E.fresh("ps");
-  E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(p.stages - 1) + "; ++" + ps + ") {");
+  E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(p.ahead) + "; ++" + ps + ") {");
   ++E.depth;
   issue(E, p, body, lo + " + " + ps, ps, hi);
   --E.depth;
   E.line("}");
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
-  E.dots_text += "loop: " + std::to_string(p.stages) + " stages of " + std::to_string(p.stage_bytes) + " bytes\n";
+  E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
     E.dots_text += "  pipelined by cp.async: operand " + std::string(l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " +
                    (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
 }
 
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
-  std::string S = std::to_string(p.stages);
-  issue(E, p, body, it + " + " + std::to_string(p.stages - 1), "(" + it + " - " + lo + " + " + std::to_string(p.stages - 1) + ") % " + S, hi);
-  E.line("cp_async_wait<" + std::to_string(p.stages - 1) + ">();");
+  std::string S = std::to_string(p.buffers), A = std::to_string(p.ahead);
+  auto refill = [&] { issue(E, p, body, it + " + " + A, "(" + it + " - " + lo + " + " + A + ") % " + S, hi); };
+  // Copy groups are committed one per iteration (empty past the end): `ahead` are younger
+  // than this iteration's when it is waited for, or `ahead - 1` when the refill comes after.
+  if (!p.dot_in_flight) refill();
+  E.line("cp_async_wait<" + std::to_string(p.dot_in_flight ? p.ahead - 1 : p.ahead) + ">();");
   E.line("fence_proxy_async();");
-  E.sync();
+  E.sync();  // every thread's copies of this stage have landed; with the dot in flight, every
+             // warpgroup has also finished the dot of two iterations ago, which read the
+             // buffer refilled next
+  if (p.dot_in_flight) refill();
   E.names[body.invars[0].id] = it;
   for (const PipelinedLoad& l : p.loads)
     E.smem_operands[l.load->out[0].id] =
@@ -154,6 +193,10 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
 }
 
 void end_pipeline(Emitter& E, const LoopPipeline& p) {
+  if (p.dot_in_flight) {
+    E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+    E.wgmma_in_flight = nullptr;
+  }
   E.line("cp_async_wait<0>();");
   E.sync();
   for (const PipelinedLoad& l : p.loads) {

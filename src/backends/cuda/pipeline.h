@@ -5,6 +5,13 @@
 // num_stages - 1 iterations ahead, through num_stages buffers: the copies of the next
 // iterations overlap this one's tensor-core work, and the operand never passes through
 // registers.
+//
+// When the body's one dot is such a wgmma, with both operands pipelined, accumulating into a
+// loop carry kept in fragments, its wait is deferred one iteration (wgmma.wait_group 1):
+// the tensor cores run iteration i's instructions while the warps issue the next copies and
+// wait for the next stage. The stage being refilled at iteration i is then the one iteration
+// i - 2 read, so such a loop takes one more buffer than num_stages (as Triton's pipeliner
+// does for an asynchronous dot) and keeps the copies num_stages - 1 iterations ahead.
 #pragma once
 #include <string>
 #include <vector>
@@ -24,7 +31,10 @@ struct PipelinedLoad {
 };
 
 struct LoopPipeline {
-  int stages = 0;  // 0: nothing to pipeline
+  int stages = 0;   // 0: nothing to pipeline
+  int buffers = 0;  // stage buffers: stages, or stages + 1 with the dot in flight
+  int ahead = 0;    // iterations the copies run ahead of their use
+  const ir::Eqn* dot_in_flight = nullptr;  // the dot whose wgmma wait is deferred an iteration
   std::vector<PipelinedLoad> loads;
   size_t stage_bytes = 0;
   // emission state
@@ -37,10 +47,11 @@ struct LoopPipeline {
 LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
 // Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi);
-// At the top of each iteration `it`: issues iteration it + stages - 1's copies, waits for
-// iteration it's, and points the dots' operands at its stage.
+// At the top of each iteration `it`: issues iteration it + ahead's copies, waits for iteration
+// it's (with the dot in flight: waits first, as the stage refilled is free only after the
+// barrier), and points the dots' operands at its stage.
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi);
-// After the loop: drains the copies and frees the buffers.
+// After the loop: waits for the dot in flight, drains the copies and frees the buffers.
 void end_pipeline(Emitter& E, const LoopPipeline& p);
 
 }  // namespace pallas::cuda

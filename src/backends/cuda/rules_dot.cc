@@ -292,6 +292,10 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   E.line("  }");
   E.line("}");
   E.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+  if (E.wgmma_in_flight == &e) {  // the loop's next iteration (or its end) waits for it
+    E.line("asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");");
+    return;
+  }
   E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
   E.sync();  // the operand tiles are read until here
 }

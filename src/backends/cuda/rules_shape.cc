@@ -199,6 +199,85 @@ void gather(Emitter& E, const ir::Eqn& e, const std::function<std::string(const 
   E.sync();
 }
 
+// Gathers out[k] = in[src] through shared memory, src a C expression of the slot k and the thread.
+void gather_slots(Emitter& E, const ir::Eqn& e, const std::string& src) {
+  const ir::Var& o = e.out[0];
+  E.declare(o);
+  E.reserve(0, ir::atom_aval(e.in[0]));
+  std::string xs = E.put_shared(e.in[0], 0);
+  E.sync();
+  E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src + "];"); });
+  E.sync();
+}
+
+// broadcast_in_dim. In the blocked layout (slot k of thread t holds flat element
+// e = (k / V) * S + t * V + k % V, S = threads * V), the two broadcasts norms and epilogues use
+// most need little or no data movement:
+//  - along leading dims (a row vector over rows: src = e % C, C the input's size): when
+//    C % S == 0 each thread already holds the elements it needs, in slot
+//    ((k / V) % (C / S)) * V + k % V: a copy between registers, no shared memory; when
+//    S % C == 0, src = (t * V + k % V) % C: V distinct reads per thread;
+//  - along trailing dims (a column of row statistics: src = e / C', C' the broadcast extent):
+//    when C' % S == 0 the row of slot k, (k / V) / (C' / S), is the same in every thread, so
+//    the reads are few and uniform; when S % C' == 0 it is (k / V) * (S / C') + t / (C' / V).
+// Writing the source index in those terms (not through e) lets the compiler share the reads
+// instead of keeping one register per slot alive. Other broadcasts gather through shared
+// memory by the flat index.
+void broadcast(Emitter& E, const ir::Eqn& e) {
+  ir::Aval in = ir::atom_aval(e.in[0]);
+  const ir::Var& o = e.out[0];
+  if (Emitter::scalar_like(in)) {
+    if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
+    E.declare(o);
+    E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
+    E.uniform[o.id] = E.name(e.in[0]);
+    return;
+  }
+  auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
+  const Shape& O = o.aval.shape;
+  std::vector<bool> varies(O.size(), false);  // output dims the input varies along
+  for (size_t j = 0; j < in.shape.size(); ++j)
+    if (in.shape[j] != 1) varies[static_cast<size_t>(bd[j])] = true;
+  std::vector<bool> kept;  // the same, over the output dims longer than 1
+  for (size_t d = 0; d < O.size(); ++d)
+    if (O[d] != 1) kept.push_back(varies[d]);
+  size_t first = 0, last = kept.size();
+  while (first < kept.size() && !kept[first]) ++first;
+  while (last > first && !kept[last - 1]) --last;
+  bool contiguous = std::all_of(kept.begin() + static_cast<std::ptrdiff_t>(first), kept.begin() + static_cast<std::ptrdiff_t>(last), [](bool b) { return b; });
+  int64_t V = E.vec, S = int64_t{E.nt} * V, C = in.size();
+  std::string Vs = std::to_string(V);
+  if (contiguous && last == kept.size()) {  // src = e % C
+    if (C % S == 0) {
+      E.declare(o);
+      E.foreach(O, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + "[((k / " + Vs + ") % " + std::to_string(C / S) + ") * " + Vs + " + k % " + Vs + "];"); });
+      return;
+    }
+    if (S % C == 0 && C % V == 0) {
+      gather_slots(E, e, "(threadIdx.x * " + Vs + " + k % " + Vs + ") % " + std::to_string(C));
+      return;
+    }
+  }
+  if (contiguous && first == 0) {  // src = e / C'
+    int64_t Cb = o.aval.size() / C;
+    if (Cb % S == 0) {
+      gather_slots(E, e, "(k / " + Vs + ") / " + std::to_string(Cb / S));
+      return;
+    }
+    if (S % Cb == 0 && Cb % V == 0) {
+      gather_slots(E, e, "(k / " + Vs + ") * " + std::to_string(S / Cb) + " + (int)threadIdx.x / " + std::to_string(Cb / V));
+      return;
+    }
+  }
+  auto st = row_major_strides(in.shape);
+  gather(E, e, [&](const std::vector<std::string>& oi) {
+    std::string s = "0";
+    for (size_t j = 0; j < in.shape.size(); ++j)
+      if (in.shape[j] != 1) s += " + " + oi[static_cast<size_t>(bd[j])] + " * " + std::to_string(st[j]);
+    return s;
+  });
+}
+
 }  // namespace
 
 void register_shape_rules(ir::RuleTable<LowerRule>& t) {
@@ -212,25 +291,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
       E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + (oi.empty() ? std::string("0") : oi[static_cast<size_t>(dim)]) + ");");
     });
   });
-  t.set(PrimId::broadcast_in_dim, [](Emitter& E, const ir::Eqn& e) {
-    ir::Aval in = ir::atom_aval(e.in[0]);
-    const ir::Var& o = e.out[0];
-    if (Emitter::scalar_like(in)) {
-      if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
-      E.declare(o);
-      E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
-      E.uniform[o.id] = E.name(e.in[0]);
-      return;
-    }
-    auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
-    auto st = row_major_strides(in.shape);
-    gather(E, e, [&](const std::vector<std::string>& oi) {
-      std::string s = "0";
-      for (size_t j = 0; j < in.shape.size(); ++j)
-        if (in.shape[j] != 1) s += " + " + oi[static_cast<size_t>(bd[j])] + " * " + std::to_string(st[j]);
-      return s;
-    });
-  });
+  t.set(PrimId::broadcast_in_dim, broadcast);
   auto same_order = [](Emitter& E, const ir::Eqn& e) { E.names[e.out[0].id] = E.name(e.in[0]); };
   t.set(PrimId::reshape, same_order);
   t.set(PrimId::squeeze, same_order);
