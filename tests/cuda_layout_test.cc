@@ -4,6 +4,7 @@
 // the suite and by CudaLowering.RowReductionsInEveryLayout.
 #include <gtest/gtest.h>
 
+#include <pallas/kernels.h>
 #include <pallas/pallas.h>
 
 #include "src/core/pallas_call.h"
@@ -140,7 +141,7 @@ TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
             "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
-            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
   // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
   EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8, "sm_80"), "");
 }
@@ -150,7 +151,7 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "loop: 4 stages, 5 buffers of 32768 bytes, copies 3 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
-            "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major pipelined, B K-major pipelined\n");
+            "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
             "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B K-major from registers\n");
   EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
@@ -160,9 +161,26 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128), "loop: 3 stages, 3 buffers of 65536 bytes, copies 2 iteration(s) ahead\n"
             "  pipelined by cp.async: operand A (bf16[128,128], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (bf16[128,128], MN-major) of the dot giving f32[128,128]\n"
-            "dot bf16[128,128] x bf16[128,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major pipelined, B MN-major pipelined\n");
+            "dot bf16[128,128] x bf16[128,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 54), "loop: 2 stages, 2 buffers of 98304 bytes, copies 1 ite");
   EXPECT_EQ(dots_of(256, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
+}
+
+// Flash attention's shape of loop (kernels/attention.cc, written as a user writes it): Q is
+// loaded before the loop, so its tile is written to shared memory once and stays; K and V
+// are pipelined; the output accumulator, rescaled each iteration by exp(m_old - m_new), stays
+// in fragments (scaled in place: no "from registers" round trip for it).
+TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
+  pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
+  pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
+  k.trace({s, s, s});
+  EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text,
+            "loop: operand bf16[64,64] stays in shared memory (K-major)\n"
+            "loop: 3 stages, 3 buffers of 16384 bytes, copies 2 iteration(s) ahead\n"
+            "  pipelined by cp.async: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
+            "  pipelined by cp.async: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
+            "dot bf16[64,64] x bf16[64,64]^T: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
+            "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major from registers, B MN-major in shared memory\n");
 }
 
 }  // namespace

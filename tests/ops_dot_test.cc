@@ -172,6 +172,48 @@ TEST(Dot, BlockedMatmulWithKLoop) {
   EXPECT_TRUE(close(to_doubles(c), want, tol_for(pl::bf16), false));
 }
 
+// A K loop whose accumulator is rescaled row by row before each dot, as flash attention does:
+// acc = acc * r[:, None] + dot(a_k, b_k), r computed in the body from the loop index (once
+// before the dot, once through a reshape after it, in IR order). On the CUDA backend the
+// accumulator stays in tensor-core fragments scaled in place: 64 rows (wgmma on sm_90a) and 32
+// (mma.sync).
+TEST(Dot, KLoopWithRowScaledAccumulator) {
+  for (int64_t M : {64, 32}) {
+    for (bool reshape_after : {false, true}) {
+      SCOPED_TRACE("M=" + std::to_string(M) + (reshape_after ? ", r reshaped after the dot" : ""));
+      const int64_t K = 96, N = 64, bk = 32;
+      auto av = with_edges(uniform(M * K, 21, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * N, 22, -1, 1), pl::bf16, false);
+      auto rv = uniform(M, 23, 0.5, 1.5);
+      pl::Array a = make_array(av, {M, K}, pl::bf16), b = make_array(bv, {K, N}, pl::bf16), r = make_array(rv, {M, 1}, pl::f32);
+      auto call = pl::pallas_call(
+          [=](pl::Ref ar, pl::Ref br, pl::Ref rr, pl::Ref cr) {
+            pl::Value base = rr[pl::all];  // [M, 1]
+            pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({M, N}), [&](pl::Value k, pl::Value acc) {
+              pl::Value scale = pl::reshape(base, {M}) * (k.astype(pl::f32) * 0.25f + 1.f);  // [M]
+              pl::Value rows_before = reshape_after ? pl::Value() : pl::expand_dims(scale, 1);
+              pl::Value x = ar(pl::all, pl::ds(k * bk, bk)), y = br(pl::ds(k * bk, bk), pl::all);
+              pl::Value d = pl::dot(x, y);
+              pl::Value rows = reshape_after ? pl::expand_dims(scale, 1) : rows_before;
+              return acc * rows + d;
+            });
+            cr[pl::all] = acc;
+          },
+          pl::ShapeDtype({M, N}, pl::f32), {.name = "scaled_kloop"});
+      pl::Array c = call(a, b, r);
+      std::vector<double> want(static_cast<size_t>(M * N), 0.0);
+      for (int64_t k = 0; k < K / bk; ++k)
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t p = k * bk; p < (k + 1) * bk; ++p) s += av[i * K + p] * bv[p * N + j];
+            double sc = static_cast<double>(static_cast<float>(rv[i]) * (static_cast<float>(k) * 0.25f + 1.f));
+            want[i * N + j] = want[i * N + j] * sc + s;
+          }
+      EXPECT_TRUE(close(to_doubles(c), want, 1e-4, false));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pt
 

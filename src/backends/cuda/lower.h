@@ -80,6 +80,7 @@ class Emitter {
   // fori carries kept in MMA fragments (rules_dot.cc): the dot that accumulates into each,
   // and the adds those dots absorb (not emitted).
   std::unordered_map<const ir::Eqn*, std::string> dot_into_fragments;
+  std::unordered_map<const ir::Eqn*, ir::Atom> scale_fragments_by_rows;  // such a dot's carry is first scaled by these
   std::unordered_set<const ir::Eqn*> absorbed;
   // Dot operands the loop pipeline keeps in shared memory (pipeline.cc): IR var -> a C
   // expression of the current stage's swizzled tile.

@@ -206,4 +206,58 @@ void end_pipeline(Emitter& E, const LoopPipeline& p) {
   E.xoff = p.saved_xoff;
 }
 
+ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body, size_t num_carry) {
+  ResidentOperands r;
+  if (!E.wgmma) return r;
+  BodyUses bu(body);
+  for (const ir::Eqn& dot : body.eqns) {
+    if (dot.prim->id != PrimId::dot) continue;
+    for (int i = 0; i < 2; ++i) {
+      const auto* v = std::get_if<ir::Var>(&dot.in[static_cast<size_t>(i)]);
+      if (!v || bu.uses[v->id] != 1) continue;
+      const ir::Var* inv = nullptr;  // a body invar past the index and the carries: from outside
+      for (size_t q = 1 + num_carry; q < body.invars.size(); ++q)
+        if (body.invars[q].id == v->id) inv = &body.invars[q];
+      if (!inv || inv->aval.is_ref) continue;
+      ResidentOperand o;
+      int64_t kpad = 0;
+      auto tile = wgmma_operand_tile(E, dot, i, &o.rows_are_mn, &kpad);
+      if (!tile || kpad != 0) continue;  // K padding would need zeroing each time the tile is reused anyway
+      o.var = inv, o.tile = *tile, o.dtype = inv->aval.dtype;
+      r.ops.push_back(o);
+    }
+  }
+  return r;
+}
+
+void begin_resident_operands(Emitter& E, ResidentOperands& r) {
+  if (r.ops.empty()) return;
+  r.saved_xoff = E.xoff;
+  std::string base = E.fresh("res");
+  E.line("// operands the loop does not change, in their swizzled tiles for the whole loop");
+  E.line("unsigned char* " + base + " = smem + " + std::to_string(E.xoff) + ";");
+  E.line(base + " += (1024 - ((u32)__cvta_generic_to_shared(" + base + ") & 1023)) & 1023;");
+  E.sync();  // the tiles may hold the exchange region's last use
+  size_t end = 0;
+  for (const ResidentOperand& o : r.ops) {
+    std::string at = "(" + base + " + " + std::to_string(end) + ")";
+    put_swizzled(E, *o.var, at, o.tile, o.rows_are_mn, o.dtype);
+    E.smem_operands[o.var->id] = at;
+    E.dots_text += "loop: operand " + o.var->aval.str() + " stays in shared memory (" + (o.tile.k_major ? "K-major" : "MN-major") + ")\n";
+    end = (end + o.tile.bytes + 1023) & ~size_t{1023};
+  }
+  E.line("fence_proxy_async();");
+  E.sync();
+  size_t bytes = end + 1024;
+  E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
+  E.xoff = (E.xoff + bytes + 15) & ~size_t{15};
+}
+
+void end_resident_operands(Emitter& E, const ResidentOperands& r) {
+  if (r.ops.empty()) return;
+  for (const ResidentOperand& o : r.ops) E.smem_operands.erase(o.var->id);
+  E.sync();  // the loop's last dots read the tiles; the exchange region comes back down over them
+  E.xoff = r.saved_xoff;
+}
+
 }  // namespace pallas::cuda

@@ -54,4 +54,21 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
 // After the loop: waits for the dot in flight, drains the copies and frees the buffers.
 void end_pipeline(Emitter& E, const LoopPipeline& p);
 
+// Operands of the body's wgmma dots that the loop does not change (a value from outside the
+// loop, as flash attention's Q block) are written to their swizzled tiles once, before the
+// loop, and read there by every iteration, instead of being written again each time.
+struct ResidentOperand {
+  const ir::Var* var = nullptr;  // the body's invar holding the value
+  SwizzledTile tile;
+  bool rows_are_mn = true;
+  DType dtype = DType::BF16;
+};
+struct ResidentOperands {
+  std::vector<ResidentOperand> ops;
+  size_t saved_xoff = 0;
+};
+ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
+void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound
+void end_resident_operands(Emitter& E, const ResidentOperands& r);
+
 }  // namespace pallas::cuda

@@ -29,9 +29,13 @@ struct BodyUses {
 };
 
 // A fori_loop carry kept in tensor-core fragments across the loop (rules_dot.cc).
+// The carry may first be scaled row by row, `acc = acc * r[:, None] + dot(a, b)` (flash
+// attention's rescaling): the fragments are multiplied by r in place before the dot.
 struct FragmentCarry {
   const ir::Eqn* dot = nullptr;  // the body's dot whose result is added to the carry
   const ir::Eqn* add = nullptr;  // the body's add (absorbed: the mma accumulates in place)
+  const ir::Eqn* scale_mul = nullptr, *scale_bcast = nullptr;  // acc * broadcast(r) (absorbed)
+  ir::Atom scale_rows;           // r: M values, one per row
   std::string frag;              // the fragments' C name
 };
 std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t carry);
@@ -71,6 +75,10 @@ SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, in
 // takes wgmma (else nullopt); rows_are_mn: the operand's rows as the program holds it are the
 // tile's MN (else K). The loop pipeline (pipeline.cc) copies loads straight into such tiles.
 std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
+
+// Writes a tile value into a swizzled operand tile at `base` (rows_are_mn as above; 16-byte
+// stores where the blocked layout allows).
+void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const SwizzledTile& L, bool rows_are_mn, DType t);
 
 // Emits cp.async copies of a load eqn's tile into shared memory, element (flat) f of the tile
 // going to byte `dst(f)` (a C expression; runs of the layout are contiguous there); elements

@@ -49,6 +49,8 @@ void fori(Emitter& E, const ir::Eqn& e) {
   for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   // loads that feed tensor-core dots go to shared memory stages ahead of use (pipeline.h)
   std::string lo = E.name(e.in[0]), hi = E.name(e.in[1]);
+  ResidentOperands resident = plan_resident_operands(E, body, nc);
+  begin_resident_operands(E, resident);
   LoopPipeline pipe = plan_pipeline(E, body, nc);
   if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
   std::string i = E.fresh("it");
@@ -66,6 +68,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
   --E.depth;
   E.line("}");
   if (pipe.stages) end_pipeline(E, pipe);
+  end_resident_operands(E, resident);
   for (size_t c = 0; c < nc; ++c)
     if (frag[c]) end_fragment_carry(E, *frag[c], e.out[c]);
 }

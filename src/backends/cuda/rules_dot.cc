@@ -173,6 +173,8 @@ void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std
   E.line("}");
 }
 
+}  // namespace
+
 // Writes operand x (rows x cols as the program holds it; rows are MN when rows_are_mn) into a
 // swizzled tile at `base`. Runs of the blocked layout that lie along the tile's contiguous
 // dimension go as 16-byte (or narrower) vector stores, conflict-free thanks to the swizzle.
@@ -203,6 +205,9 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
   }
   E.foreach(av.shape, [&] { E.line("*(" + T + "*)(" + base + " + " + where("e") + ") = " + value("k") + ";"); });
 }
+
+namespace {
+
 
 // frag += A B on the tensor cores' asynchronous wgmma (sm_90a): both operands are written to
 // swizzled shared tiles (K padding zeroed), then each warpgroup issues its tiles' instructions
@@ -265,8 +270,8 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   }
   E.dots_text += "dot " + ir::atom_aval(e.in[0]).str() + (d.ta ? "^T" : "") + " x " + ir::atom_aval(e.in[1]).str() + (d.tb ? "^T" : "") + ": wgmma m64n" +
                  std::to_string(8 * q.NS) + "k" + std::to_string(m.k) + ", " + std::to_string(q.TM * q.TN) + " tile(s) over " + std::to_string(q.W) +
-                 " warpgroup(s); A " + (A.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 0) ? " from registers" : " pipelined") +
-                 ", B " + (B.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 1) ? " from registers" : " pipelined") + "\n";
+                 " warpgroup(s); A " + (A.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 0) ? " from registers" : " in shared memory") +
+                 ", B " + (B.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 1) ? " from registers" : " in shared memory") + "\n";
   std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
   std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
   int64_t regs = 4 * q.NS;
@@ -415,8 +420,17 @@ void dot(Emitter& E, const ir::Eqn& e) {
   DotShape d = dot_shape(e);
   DType t = ir::atom_aval(e.in[0]).dtype;
   const MmaKind* m = mma_kind_of(E, e);
-  if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {
-    mma_accumulate(E, e, d, t, *m, mma_grid(E, d, *m), it->second);  // a loop carry's fragments (fori)
+  if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {  // a loop carry's fragments (fori)
+    MmaGrid q = mma_grid(E, d, *m);
+    if (auto sc = E.scale_fragments_by_rows.find(&e); sc != E.scale_fragments_by_rows.end()) {
+      // acc * r[:, None]: each thread multiplies its fragments by the r of their rows
+      E.reserve(0, ir::atom_aval(sc->second));
+      std::string xr = E.put_shared(sc->second, 0);
+      E.sync();
+      foreach_fragment(E, d, q, [&] { E.line(it->second + "[t][s][r] *= " + xr + "[i];"); });
+      E.sync();
+    }
+    mma_accumulate(E, e, d, t, *m, q, it->second);
     return;
   }
   E.declare(o);
@@ -487,6 +501,47 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
     auto* w = std::get_if<ir::Var>(&add.in[static_cast<size_t>(1 - k)]);
     if (v && w && v->id == in.id) other = w;
   }
+  FragmentCarry fc;
+  if (!other) {  // acc * broadcast(r) + dot: the scaled carry
+    for (int k = 0; k < 2 && !other; ++k) {
+      auto* x = std::get_if<ir::Var>(&add.in[static_cast<size_t>(k)]);
+      auto* w = std::get_if<ir::Var>(&add.in[static_cast<size_t>(1 - k)]);
+      auto xd = x ? def.find(x->id) : def.end();
+      if (!w || xd == def.end() || xd->second->prim->id != PrimId::mul || uses[x->id] != 1) continue;
+      const ir::Eqn& mul = *xd->second;
+      for (int h = 0; h < 2; ++h) {
+        auto* c = std::get_if<ir::Var>(&mul.in[static_cast<size_t>(h)]);
+        auto* b = std::get_if<ir::Var>(&mul.in[static_cast<size_t>(1 - h)]);
+        auto bdef = b ? def.find(b->id) : def.end();
+        if (!c || c->id != in.id || bdef == def.end() || bdef->second->prim->id != PrimId::broadcast_in_dim || uses[b->id] != 1) continue;
+        const ir::Eqn& bc = *bdef->second;
+        ir::Aval src = ir::atom_aval(bc.in[0]);
+        auto bd = bc.params.get<std::vector<int64_t>>("broadcast_dimensions");
+        int64_t rows = in.aval.shape[0];
+        // r varies along the rows only: [M] -> dim 0, or [M, 1] -> dims (0, 1)
+        bool per_row = src.size() == rows && src.dtype == in.aval.dtype && !bd.empty() && bd[0] == 0 && src.shape[0] == rows;
+        if (!per_row) continue;
+        // r must exist when the dot runs: step back over reshapes (free, same order of
+        // elements) emitted after it, to a value computed before it or outside the loop
+        ir::Atom r = bc.in[0];
+        for (;;) {
+          auto* rv = std::get_if<ir::Var>(&r);
+          auto rd = rv ? def.find(rv->id) : def.end();
+          if (rd == def.end()) break;
+          const ir::Eqn& q = *rd->second;
+          if (q.prim->id != PrimId::reshape && q.prim->id != PrimId::squeeze) break;
+          r = q.in[0];
+        }
+        auto* rv = std::get_if<ir::Var>(&r);
+        auto rd = rv ? def.find(rv->id) : def.end();
+        auto wd = def.find(w->id);
+        if (wd == def.end() || (rd != def.end() && rd->second > wd->second)) continue;  // body eqns are in order
+        fc.scale_mul = &mul, fc.scale_bcast = &bc, fc.scale_rows = r;
+        other = w;
+        break;
+      }
+    }
+  }
   if (!other || uses[other->id] != 1) return std::nullopt;
   auto dt = def.find(other->id);
   if (dt == def.end() || dt->second->prim->id != PrimId::dot) return std::nullopt;
@@ -496,7 +551,8 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
   DType acc = std::string(m->acc) == "float" ? DType::F32 : DType::I32;
   if (dot.out[0].aval.dtype != acc || in.aval.dtype != acc || outv->aval.dtype != acc || dot.out[0].aval.shape != in.aval.shape)
     return std::nullopt;
-  return FragmentCarry{&dot, &add};
+  fc.dot = &dot, fc.add = &add;
+  return fc;
 }
 
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init) {
@@ -507,6 +563,11 @@ void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& i
   tile_to_fragments(E, d, q, *m, init, fc.frag);
   E.dot_into_fragments[fc.dot] = fc.frag;
   E.absorbed.insert(fc.add);
+  if (fc.scale_mul) {
+    E.scale_fragments_by_rows[fc.dot] = fc.scale_rows;
+    E.absorbed.insert(fc.scale_mul);
+    E.absorbed.insert(fc.scale_bcast);
+  }
 }
 
 void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out) {
@@ -515,6 +576,9 @@ void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out)
   fragments_to_tile(E, d, mma_grid(E, d, *m), *m, fc.frag, out);
   E.dot_into_fragments.erase(fc.dot);
   E.absorbed.erase(fc.add);
+  E.scale_fragments_by_rows.erase(fc.dot);
+  E.absorbed.erase(fc.scale_mul);
+  E.absorbed.erase(fc.scale_bcast);
 }
 
 }  // namespace pallas::cuda
