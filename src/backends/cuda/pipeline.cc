@@ -222,7 +222,7 @@ ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body,
       ResidentOperand o;
       int64_t kpad = 0;
       auto tile = wgmma_operand_tile(E, dot, i, &o.rows_are_mn, &kpad);
-      if (!tile || kpad != 0) continue;  // K padding would need zeroing each time the tile is reused anyway
+      if (!tile || kpad != 0) continue;  // the dot's own path zeroes K padding; not done here yet
       o.var = inv, o.tile = *tile, o.dtype = inv->aval.dtype;
       r.ops.push_back(o);
     }

@@ -208,7 +208,6 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 
 namespace {
 
-
 // frag += A B on the tensor cores' asynchronous wgmma (sm_90a): both operands are written to
 // swizzled shared tiles (K padding zeroed), then each warpgroup issues its tiles' instructions
 // over K and waits for them.
