@@ -9,8 +9,10 @@
 #include <functional>
 #include <vector>
 
+#include <cuda.h>
 #include <pallas/kernels.h>
 #include <pallas/pallas.h>
+#include <pallas/stream.h>
 
 
 namespace pl = pallas;
@@ -51,6 +53,44 @@ int main() {
     for (int i = 0; i < n; ++i) k(x);
     pl::synchronize();
     std::printf("tiny_call_host_overhead,%.4f,us_per_call,%.2f\n", (now_ms() - t0) / n, (now_ms() - t0) / n * 1000);
+  }
+  {  // the same tiny call captured into a CUDA graph (100 calls a graph) and replayed: the cost per call
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({128}, pl::f32), {.name = "tiny"});
+    auto x = pl::random::normal({128}, pl::f32, 1).to(pl::Device::cuda(0));
+    pl::Array out(pl::Shape{128}, pl::f32, pl::Device::cuda(0));
+    k.into({out}, {x});  // compiled, loaded and the context current before the capture
+    pl::synchronize();
+    CUstream st = nullptr;
+    CUgraph g = nullptr;
+    CUgraphExec ge = nullptr;
+    const int calls = 100, replays = 200;
+    auto ok = [](CUresult r) { return r == CUDA_SUCCESS; };
+    bool good = ok(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    if (good) {
+      pl::StreamScope scope(st);
+      good = ok(cuStreamBeginCapture(st, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+      try {
+        for (int i = 0; good && i < calls; ++i) k.into({out}, {x});
+      } catch (const pl::Error& e) {
+        std::printf("graph_replay_tiny_call,0,-,0,error in the capture: %.160s\n", e.what());
+        good = false;
+      }
+      good = ok(cuStreamEndCapture(st, &g)) && good && ok(cuGraphInstantiate(&ge, g, 0));
+      for (int i = 0; good && i < 5; ++i) good = ok(cuGraphLaunch(ge, st));
+      good = good && ok(cuStreamSynchronize(st));
+      double t0 = now_ms();
+      for (int i = 0; good && i < replays; ++i) good = ok(cuGraphLaunch(ge, st));
+      double host_ms = now_ms() - t0;
+      good = good && ok(cuStreamSynchronize(st));
+      double all_ms = now_ms() - t0;
+      if (good)
+        std::printf("graph_replay_tiny_call,%.4f,us_per_call,%.3f,host launch %.3f us per call,%d calls a graph\n", all_ms / replays / calls,
+                    all_ms / replays / calls * 1000, host_ms / replays / calls * 1000, calls);
+    }
+    if (!good) std::printf("graph_replay_tiny_call,0,-,0,error: a CUDA graph call failed\n");
+    if (ge) cuGraphExecDestroy(ge);
+    if (g) cuGraphDestroy(g);
+    if (st) cuStreamDestroy(st);
   }
   for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28
     int64_t n = int64_t{1} << 28;
