@@ -1,6 +1,7 @@
 // The loop pipeliner (pipeline.h): plan, then the copies before and inside the loop.
 #include "src/backends/cuda/pipeline.h"
 
+#include <functional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -9,18 +10,24 @@ using ir::PrimId;
 
 namespace {
 
-// Any op of the jaxpr, or of the jaxprs inside its ops, writes a ref, prints or checks.
-bool has_effects(const ir::Jaxpr& j) {
+// Calls f on every eqn of the jaxpr and of the jaxprs inside its ops.
+void for_each_eqn(const ir::Jaxpr& j, const std::function<void(const ir::Eqn&)>& f) {
   for (const ir::Eqn& e : j.eqns) {
-    if (e.prim->has_effects) return true;
+    f(e);
     for (const auto& [name, v] : e.params.items) {
-      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p && has_effects(**p)) return true;
+      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p) for_each_eqn(**p, f);
       if (auto* ps = std::get_if<std::vector<ir::JaxprPtr>>(&v))
         for (const ir::JaxprPtr& q : *ps)
-          if (q && has_effects(*q)) return true;
+          if (q) for_each_eqn(*q, f);
     }
   }
-  return false;
+}
+
+// Any op of the jaxpr, or of the jaxprs inside its ops, writes a ref, prints or checks.
+bool has_effects(const ir::Jaxpr& j) {
+  bool any = false;
+  for_each_eqn(j, [&](const ir::Eqn& e) { any = any || e.prim->has_effects; });
+  return any;
 }
 
 // The body eqns that compute `a` from the loop index, literals and values from outside the
@@ -55,15 +62,7 @@ constexpr size_t kPipelineBudget = 200 * 1024;
 // The dots of a jaxpr and of the jaxprs inside its ops.
 int count_dots(const ir::Jaxpr& j) {
   int n = 0;
-  for (const ir::Eqn& e : j.eqns) {
-    n += e.prim->id == PrimId::dot;
-    for (const auto& [name, v] : e.params.items) {
-      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p) n += count_dots(**p);
-      if (auto* ps = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-        for (const ir::JaxprPtr& q : *ps)
-          if (q) n += count_dots(*q);
-    }
-  }
+  for_each_eqn(j, [&](const ir::Eqn& e) { n += e.prim->id == PrimId::dot; });
   return n;
 }
 

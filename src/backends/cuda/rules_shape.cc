@@ -185,29 +185,24 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   E.sync();
 }
 
-// Gathers out[e] = in[src(e)] through shared memory; src computes from out's multi-index.
-void gather(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::vector<std::string>&)>& src) {
+// Gathers out[k] = in[src] through shared memory; src (emitted inside the loop over slots) is a
+// C expression of the slot k and the thread.
+void gather_slots(Emitter& E, const ir::Eqn& e, const std::function<std::string()>& src) {
   const ir::Var& o = e.out[0];
   E.declare(o);
   E.reserve(0, ir::atom_aval(e.in[0]));
   std::string xs = E.put_shared(e.in[0], 0);
   E.sync();
-  E.foreach(o.aval.shape, [&] {
-    auto oi = E.unravel("e", o.aval.shape);
-    E.line(E.elem(o, "k") + " = " + xs + "[" + src(oi) + "];");
-  });
+  E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src() + "];"); });
   E.sync();
 }
-
-// Gathers out[k] = in[src] through shared memory, src a C expression of the slot k and the thread.
 void gather_slots(Emitter& E, const ir::Eqn& e, const std::string& src) {
-  const ir::Var& o = e.out[0];
-  E.declare(o);
-  E.reserve(0, ir::atom_aval(e.in[0]));
-  std::string xs = E.put_shared(e.in[0], 0);
-  E.sync();
-  E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src + "];"); });
-  E.sync();
+  gather_slots(E, e, [&] { return src; });
+}
+
+// The same with src computed from out's multi-index.
+void gather(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::vector<std::string>&)>& src) {
+  gather_slots(E, e, [&] { return src(E.unravel("e", e.out[0].aval.shape)); });
 }
 
 // broadcast_in_dim. In the blocked layout (slot k of thread t holds flat element
