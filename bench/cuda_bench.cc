@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <cuda.h>
@@ -92,6 +93,8 @@ int main() {
     if (g) cuGraphDestroy(g);
     if (st) cuStreamDestroy(st);
   }
+  // CUDA_BENCH_ONLY=launch: only the rows above (host cost of a call, graph replay), a quick run
+  if (const char* only = std::getenv("CUDA_BENCH_ONLY"); only && std::string(only) == "launch") return 0;
   for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28
     int64_t n = int64_t{1} << 28;
     auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
