@@ -1,6 +1,7 @@
-// CUDA backend benchmarks on the GPU: f32 add over 2^28, f32 softmax 16384x4096, a bf16
-// matmul (SIMT path), first-call cost (trace + lower + compile) and the steady-state cost
-// of one call of a tiny kernel. Times with CUDA events, median of many runs.
+// CUDA backend benchmarks on the GPU, kernels written as a user writes them: memory-bound
+// kernels (add, gelu, softmax, norms), matmuls with epilogues, flash attention, the library
+// matmul under pl::autotune; first-call cost, the host cost of a cached call and of a CUDA-graph
+// replay. Times with CUDA events (pl::do_bench), medians.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
