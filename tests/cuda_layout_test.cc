@@ -153,9 +153,9 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
-            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B K-major from registers\n");
+            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major written to shared memory, B K-major written to shared memory\n");
   EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
-            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major from registers, B MN-major from registers\n");
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major written to shared memory, B MN-major written to shared memory\n");
   // 64 KiB a stage: the fourth buffer for the dot in flight would not fit in 200 KiB, three
   // stages without it do; 96 KiB a stage: two buffers; 192 KiB a stage: not even 2
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128), "loop: 3 stages, 3 buffers of 65536 bytes, copies 2 iteration(s) ahead\n"
@@ -169,7 +169,7 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
 // Flash attention's shape of loop (kernels/attention.cc, written as a user writes it): Q is
 // loaded before the loop, so its tile is written to shared memory once and stays; K and V
 // are pipelined; the output accumulator, rescaled each iteration by exp(m_old - m_new), stays
-// in fragments (scaled in place: no "from registers" round trip for it).
+// in fragments (scaled in place), and P = exp(S - m) goes to the second dot from registers.
 TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
   pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
@@ -180,7 +180,52 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
             "  pipelined by cp.async: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
             "  pipelined by cp.async: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
             "dot bf16[64,64] x bf16[64,64]^T: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
-            "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major from registers, B MN-major in shared memory\n");
+            "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
+}
+
+// The value-layout pass on the same loop (NAME.values.txt): S = Q K^T stays in its fragments,
+// the softmax runs on them, the row statistics (m, l, and alpha) are held per fragment row —
+// in the loop and as carries — and the output is divided by l in fragments before the store.
+// With 8 warps and 128 query rows, two warpgroups take a 64-row tile each.
+TEST(CudaLayout, AttentionValuesStayInFragments) {
+  pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 128, .block_k = 64, .compiler_params = {.num_warps = 8}});
+  pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
+  k.trace({s, s, s});
+  const std::string mma = "mma [128, 64] (2 tile(s) of 64 x 64 over 2 warpgroup(s))", rows = "rows [128] (2 tile(s) of 64 rows over 2 warpgroup(s))";
+  EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").values_text,
+            "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
+            "  broadcast_in_dim f32[128]: " + rows + "\n"
+            "  broadcast_in_dim f32[128]: " + rows + "\n"
+            "  broadcast_in_dim f32[128,64]: " + mma + "\n"
+            "  fori_loop:\n"
+            "    dot f32[128,64]: " + mma + "\n"
+            "    mul f32[128,64]: " + mma + "\n"
+            "    reduce_max f32[128]: " + rows + "\n"
+            "    max f32[128]: " + rows + "\n"
+            "    sub f32[128]: " + rows + "\n"
+            "    exp f32[128]: " + rows + "\n"
+            "    reshape f32[128,1]: " + rows + "\n"
+            "    broadcast_in_dim f32[128,64]: " + mma + "\n"
+            "    sub f32[128,64]: " + mma + "\n"
+            "    exp f32[128,64]: " + mma + "\n"
+            "    reduce_sum f32[128]: " + rows + "\n"
+            "    mul f32[128]: " + rows + "\n"
+            "    add f32[128]: " + rows + "\n"
+            "    convert_element_type bf16[128,64]: " + mma + "\n"
+            "    dot f32[128,64]: " + mma + "\n"
+            "    reshape f32[128,1]: " + rows + "\n"
+            "    carry 0 f32[128]: " + rows + "\n"
+            "    carry 1 f32[128]: " + rows + "\n"
+            "    carry 2 f32[128,64]: " + mma + "\n"
+            "  reshape f32[128,1]: " + rows + "\n"
+            "  broadcast_in_dim f32[128,64]: " + mma + "\n"
+            "  div f32[128,64]: " + mma + "\n"
+            "  convert_element_type bf16[128,64]: " + mma + "\n");
+  // sm_80: mma.sync tiles of 16 x 32 split the 64 columns over two warps: the dots' results are
+  // fragments, their row statistics blocked
+  std::string sm80 = pallas::cuda::lower(k.state()->get_traced(), "sm_80").values_text;
+  EXPECT_NE(sm80.find("    dot f32[128,64]: mma [128, 64] (16 tile(s) of 16 x 32 over 8 warp(s))\n"), std::string::npos) << sm80;
+  EXPECT_EQ(sm80.find("rows ["), std::string::npos) << sm80;
 }
 
 }  // namespace

@@ -164,6 +164,8 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())
     write_file(std::string(passes) + "/" + L.name + ".layout.txt", L.layout_text);
+  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.values_text.empty())
+    write_file(std::string(passes) + "/" + L.name + ".values.txt", L.values_text);
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.dots_text.empty())
     write_file(std::string(passes) + "/" + L.name + ".dots.txt", L.dots_text);
   const char* dump_env = std::getenv("PALLAS_DUMP_DIR");

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/backends/cuda/rules.h"
 #include "src/ir/dependence.h"
 
 namespace pallas::cuda {
@@ -87,7 +88,7 @@ void Emitter::declare(const ir::Var& v) {
   std::string n = fresh("v");
   names[v.id] = n;
   if (scalar_like(v.aval)) line(ctype(v.aval.dtype) + " " + n + ";");
-  else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(per_thread(v.aval.shape)) + "];");
+  else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(slots(v)) + "];");
 }
 
 void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
@@ -150,7 +151,7 @@ std::string Emitter::put_shared(const ir::Atom& a, size_t off) {
   if (scalar_like(av)) {
     line("if (threadIdx.x == 0) " + p + "[0] = " + name(a) + ";");
   } else {
-    foreach(av.shape, [&] { line(p + "[e] = " + elem(a, "k") + ";"); });
+    foreach_in(layout_of(a), av.shape, [&] { line(p + "[e] = " + elem(a, "k") + ";"); });
   }
   return p;
 }
@@ -168,12 +169,34 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
 
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
   unsynced_reads = true;  // a loop's previous iteration, or the code before a branch, may have read
+  conversions_.emplace_back();
+  auto of = [this](const ir::Atom& a) { return layout_of(a); };
   for (const ir::Eqn& e : j.eqns) {
     if (absorbed.count(&e)) continue;
     const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
     if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
+    // Operands held in another layout than the rule takes them in are converted first; the
+    // rule sees the converted copy under the operand's own var.
+    std::vector<std::pair<int64_t, std::pair<std::string, ValueLayout>>> saved;
+    for (size_t i = 0; i < e.in.size(); ++i) {
+      auto* v = std::get_if<ir::Var>(&e.in[i]);
+      if (!v || v->aval.is_ref || scalar_like(v->aval)) continue;
+      ValueLayout want = operand_layout(*this, e, i, of), have = layout_of(*v);
+      if (want == have) continue;
+      std::string n = as_layout(*v, want);
+      saved.push_back({v->id, {names.at(v->id), have}});
+      names[v->id] = n;
+      if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
+      else value_layouts[v->id] = want;
+    }
     r(*this, e);
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      names[it->first] = it->second.first;
+      if (it->second.second.kind == ValueLayout::Blocked) value_layouts.erase(it->first);
+      else value_layouts[it->first] = it->second.second;
+    }
   }
+  conversions_.pop_back();
   unsynced_reads = true;
 }
 
@@ -204,6 +227,10 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   E.vec = layout.vec;
   E.layout = &layout;
   L.layout_text = layout.text;
+  // Then every value's layout: blocked, or a tensor-core dot's fragments (value_layout.h).
+  ValueLayouts values = assign_value_layouts(E, *call.kernel);
+  E.value_layouts = values.of;
+  L.values_text = values.text;
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/backends/cuda/layout.h"
+#include "src/backends/cuda/value_layout.h"
 #include "src/core/pallas_call.h"
 #include "src/ir/primitive.h"
 
@@ -56,6 +57,7 @@ struct Lowered {
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
   std::string layout_text;  // the layout pass's plan (PALLAS_DUMP_PASSES, golden tests)
+  std::string values_text;  // the value-layout pass's decisions (PALLAS_DUMP_PASSES)
   std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
 };
 
@@ -105,7 +107,20 @@ class Emitter {
   int64_t per_thread(const Shape& s) const { return (shape_size(s) + int64_t{nt} * vec - 1) / (int64_t{nt} * vec) * vec; }
   std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
   std::string lit(const ir::Literal& l) const;
-  void declare(const ir::Var& v);  // fresh C variable for v
+  void declare(const ir::Var& v);  // fresh C variable for v, in its layout
+  // Value layouts (value_layout.h), from the value-layout pass: IR var -> layout; absent
+  // (and every scalar) = blocked.
+  std::unordered_map<int64_t, ValueLayout> value_layouts;
+  ValueLayout layout_of(const ir::Atom& a) const;
+  int64_t slots(const ir::Var& v) const;  // the C array's length
+  // Emits `for each slot this thread holds of a value of shape s in layout L` with k (slot)
+  // and e (flat index) in scope, as foreach; for the Mma and Rows layouts also t, s, r, i, j
+  // (the element's row and column) and rk (the slot of row i in a Rows value).
+  void foreach_in(const ValueLayout& L, const Shape& s, const std::function<void()>& f);
+  void foreach_value(const ir::Var& v, const std::function<void()>& f) { foreach_in(layout_of(v), v.aval.shape, f); }
+  // The C name of `a` in layout `want`: its own name, or a converted copy (through shared
+  // memory; emitted once per scope and value).
+  std::string as_layout(const ir::Atom& a, const ValueLayout& want);
   // Emits `for each element this thread holds of a tile of shape s` with k (slot) and e (flat
   // index) in scope; for one-element shapes the body runs once with k = 0, e = 0.
   void foreach(const Shape& s, const std::function<void()>& f);
@@ -114,8 +129,8 @@ class Emitter {
   void foreach_run(const Shape& s, const std::function<void()>& f);
   // Multi-index of flat index `e` in shape s: emits int declarations, returns their names.
   std::vector<std::string> unravel(const std::string& e, const Shape& s);
-  // Exchange: writes the atom's tile to shared memory at byte offset off (from the exchange
-  // region) and returns the name of a typed pointer to it. Caller syncs.
+  // Exchange: writes the atom's tile (in its layout) to shared memory at byte offset off (from
+  // the exchange region), row-major, and returns the name of a typed pointer to it. Caller syncs.
   std::string put_shared(const ir::Atom& a, size_t off);
   size_t reserve(size_t off, const ir::Aval& a);  // returns the next free offset
   void sync() {
@@ -133,6 +148,11 @@ class Emitter {
   void emit_eqns(const ir::Jaxpr& j);
   // Binds sub-jaxpr invars to outer atoms (values by name, refs by RefInfo).
   void bind(const ir::Var& inner, const ir::Atom& outer);
+
+ private:
+  void foreach_fragments(const ValueLayout& L, const std::function<void()>& f);
+  // as_layout's conversions, one map (var and layout -> name) per C scope open in emit_eqns
+  std::vector<std::unordered_map<std::string, std::string>> conversions_;
 };
 
 // Atomic `addr += value` on the device (rules_memory.cc). `addr` is an lvalue of the storage

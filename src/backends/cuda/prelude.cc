@@ -23,6 +23,8 @@ __device__ __forceinline__ float tof(bf16 x) { return __int_as_float(((u32)x.b) 
 template <class T> __device__ __forceinline__ typename CT<T>::t ld(T x) { return x; }
 template <> __device__ __forceinline__ float ld<f16>(f16 x) { return tof(x); }
 template <> __device__ __forceinline__ float ld<bf16>(bf16 x) { return tof(x); }
+// Two 16-bit values in one register, the first in the low half (MMA operand fragments).
+template <class T> __device__ __forceinline__ u32 pk2(T lo, T hi) { return (u32)lo.b | ((u32)hi.b << 16); }
 // cv<To>(x): convert a compute value to storage type To (float->int saturates, NaN -> 0).
 template <class T> __device__ __forceinline__ T lim_lo() { return T(-1) < T(0) ? (T)(1ull << (sizeof(T) * 8 - 1)) : T(0); }
 template <class To, class C> __device__ __forceinline__ To cv(C x);

@@ -39,8 +39,23 @@ struct FragmentCarry {
   std::string frag;              // the fragments' C name
 };
 std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t carry);
-void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init);  // declares and fills
-void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out);      // to the blocked layout
+void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init);  // fills fc.frag (the loop output)
+void end_fragment_carry(Emitter& E, const FragmentCarry& fc);
+// The Mma layout of a dot's result when it takes the tensor cores (else nullopt).
+std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot);
+// Whether wgmma takes the dot's A from registers when A is in layout `a` (rules_dot.cc).
+bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a);
+
+// The value-layout pass (value_layout.cc): every tile value's layout before emission, and the
+// dump (NAME.values.txt under PALLAS_DUMP_PASSES). Absent from the map: blocked.
+struct ValueLayouts {
+  std::unordered_map<int64_t, ValueLayout> of;
+  std::string text;
+};
+ValueLayouts assign_value_layouts(const Emitter& E, const ir::Jaxpr& kernel);
+// The layout eqn's rule takes operand i in, given the layouts of the values (`of`); emit_eqns
+// converts an operand held otherwise. Scalars are taken as they are.
+ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of);
 // An operand of wgmma in shared memory with the 128-byte swizzle, as the tensor cores read it:
 // K-major (rows of MN, K contiguous: 128-byte rows of 128/item elements, column blocks of K one
 // after another) or MN-major (rows of K, MN contiguous: blocks of 64 MN columns one after

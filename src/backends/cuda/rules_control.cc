@@ -8,9 +8,10 @@ using ir::PrimId;
 
 namespace {
 
-void copy(Emitter& E, const std::string& dst, const ir::Aval& a, const std::string& src) {
-  if (Emitter::scalar_like(a)) { E.line(dst + " = " + src + ";"); return; }
-  E.line("for (int k = 0; k < " + std::to_string(E.per_thread(a.shape)) + "; ++k) " + dst + "[k] = " + src + "[k];");
+// dst <- src, both C arrays of value v's layout (or scalars).
+void copy(Emitter& E, const std::string& dst, const ir::Var& v, const std::string& src) {
+  if (Emitter::scalar_like(v.aval)) { E.line(dst + " = " + src + ";"); return; }
+  E.line("for (int k = 0; k < " + std::to_string(E.slots(v)) + "; ++k) " + dst + "[k] = " + src + "[k];");
 }
 
 // After a body: carries <- body outputs, through temporaries (outputs may swap carries).
@@ -22,14 +23,14 @@ void assign_outs(Emitter& E, const ir::Jaxpr& j, const std::vector<ir::Var>& out
     for (size_t c = 0; c < outs.size(); ++c) cs.push_back(c);
   std::vector<std::string> tmp;
   for (size_t c : cs) {
-    ir::Var t{-1, outs[c].aval};
+    const ir::Var& o = outs[c];
     std::string n = E.fresh("tmp");
-    if (Emitter::scalar_like(t.aval)) E.line(ctype(t.aval.dtype) + " " + n + ";");
-    else E.line(ctype(t.aval.dtype) + " " + n + "[" + std::to_string(E.per_thread(t.aval.shape)) + "];");
-    copy(E, n, t.aval, E.name(j.outvars[c]));
+    if (Emitter::scalar_like(o.aval)) E.line(ctype(o.aval.dtype) + " " + n + ";");
+    else E.line(ctype(o.aval.dtype) + " " + n + "[" + std::to_string(E.slots(o)) + "];");
+    copy(E, n, o, E.as_layout(j.outvars[c], E.layout_of(o)));  // a body output in the carry's layout
     tmp.push_back(n);
   }
-  for (size_t i = 0; i < cs.size(); ++i) copy(E, E.name(outs[cs[i]]), outs[cs[i]].aval, tmp[i]);
+  for (size_t i = 0; i < cs.size(); ++i) copy(E, E.name(outs[cs[i]]), outs[cs[i]], tmp[i]);
 }
 
 void fori(Emitter& E, const ir::Eqn& e) {
@@ -38,13 +39,13 @@ void fori(Emitter& E, const ir::Eqn& e) {
   // carries that only accumulate tensor-core dots live in MMA fragments (rules_dot.cc)
   std::vector<std::optional<FragmentCarry>> frag(nc);
   for (size_t c = 0; c < nc; ++c) {
-    E.declare(e.out[c]);
+    E.declare(e.out[c]);  // in the carry's layout (value_layout.cc)
     if ((frag[c] = plan_fragment_carry(E, body, c))) {
-      frag[c]->frag = E.fresh("acc");
+      frag[c]->frag = E.name(e.out[c]);
       begin_fragment_carry(E, *frag[c], e.in[2 + c]);
       continue;
     }
-    copy(E, E.name(e.out[c]), e.out[c].aval, E.name(e.in[2 + c]));
+    copy(E, E.name(e.out[c]), e.out[c], E.name(e.in[2 + c]));
   }
   for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   // loads that feed tensor-core dots go to shared memory stages ahead of use (pipeline.h)
@@ -70,7 +71,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
   if (pipe.stages) end_pipeline(E, pipe);
   end_resident_operands(E, resident);
   for (size_t c = 0; c < nc; ++c)
-    if (frag[c]) end_fragment_carry(E, *frag[c], e.out[c]);
+    if (frag[c]) end_fragment_carry(E, *frag[c]);
 }
 
 void while_(Emitter& E, const ir::Eqn& e) {
@@ -80,7 +81,7 @@ void while_(Emitter& E, const ir::Eqn& e) {
   size_t ncc = static_cast<size_t>(e.params.get_int("cond_nconsts"));
   for (size_t c = 0; c < nc; ++c) {
     E.declare(e.out[c]);
-    copy(E, E.name(e.out[c]), e.out[c].aval, E.name(e.in[c]));
+    copy(E, E.name(e.out[c]), e.out[c], E.name(e.in[c]));
   }
   E.line("while (true) {");
   ++E.depth;
@@ -113,7 +114,7 @@ void cond(Emitter& E, const ir::Eqn& e) {
     ++E.depth;
     for (size_t q = 0; q < br[k]->invars.size(); ++q) E.bind(br[k]->invars[q], e.in[1 + q]);
     E.emit_eqns(*br[k]);
-    for (size_t c = 0; c < e.out.size(); ++c) copy(E, E.name(e.out[c]), e.out[c].aval, E.name(br[k]->outvars[c]));
+    for (size_t c = 0; c < e.out.size(); ++c) copy(E, E.name(e.out[c]), e.out[c], E.as_layout(br[k]->outvars[c], ValueLayout{}));
     --E.depth;
   }
   E.line("}");

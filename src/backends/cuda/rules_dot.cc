@@ -110,17 +110,9 @@ void put_operand(Emitter& E, const ir::Atom& x, const std::string& dst, int64_t 
   });
 }
 
-// How the output tiles are spread: with mma.sync, warp w takes tiles w, w + W, ... of 16 rows
-// x 8*NS columns; with wgmma, warpgroup g takes tiles g, g + W, ... of 64 rows x 8*NS columns
-// (its warp w % 4 holding rows 16 (w % 4) ..), one wgmma of n = 8*NS per k step. Either way
-// each thread keeps `acc frag[TPW][NS][4]` (TPW tiles per worker) in the m16n8 accumulator
-// layout, so the fragments stay in registers (every index is a compile-time constant).
-struct MmaGrid {
-  bool wg = false;  // wgmma (warpgroups) rather than mma.sync (warps)
-  int64_t W, TM, NS, TN, TPW;
-  int64_t rows() const { return wg ? 64 : 16; }
-};
-
+// How the output tiles are spread: MmaGrid (value_layout.h). Each thread keeps its fragments
+// as a flat array, slot (t * NS + s) * 4 + r (tile t of the worker, n-block s, register r),
+// so they stay in registers (every index is a compile-time constant).
 // wgmma for dots of 64 or more rows on sm_90a with whole warpgroups; mma.sync otherwise (small
 // dots waste less, and other GPUs have nothing else).
 bool use_wgmma(const Emitter& E, const DotShape& d) { return E.wgmma && E.nt % 128 == 0 && d.M >= 64; }
@@ -146,31 +138,20 @@ MmaGrid mma_grid(const Emitter& E, const DotShape& d, const MmaKind& m) {
 
 // Declares this thread's fragments (zero when asked).
 void declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m, const std::string& name, bool zero) {
-  E.line(std::string(m.acc) + " " + name + "[" + std::to_string(q.TPW) + "][" + std::to_string(q.NS) + "][4]" + (zero ? " = {};" : ";"));
+  E.line(std::string(m.acc) + " " + name + "[" + std::to_string(q.TPW * q.NS * 4) + "]" + (zero ? " = {};" : ";"));
 }
 
-// Emits `for each tile of this warp, for each accumulator register` with i, j (the element's
-// row and column), t, s, r in scope; body(i, j) runs for elements inside M x N only.
+// The value layout of a dot's fragments.
+ValueLayout mma_layout(const DotShape& d, const MmaGrid& q) {
+  ValueLayout L;
+  L.kind = ValueLayout::Mma, L.grid = q, L.M = d.M, L.N = d.N;
+  return L;
+}
+
+// Emits `for each fragment register of this thread inside M x N` (Emitter::foreach_layout:
+// k the flat slot, i, j the element, rk the slot of its row in a Rows value).
 void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std::function<void()>& body) {
-  E.line("#pragma unroll");
-  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
-  E.line("  const int tile = (threadIdx.x >> " + std::string(q.wg ? "7" : "5") + ") + t * " + std::to_string(q.W) +
-         ", g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
-  E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * " + std::to_string(q.rows()) + (q.wg ? " + 16 * ((threadIdx.x >> 5) & 3)" : "") +
-         ", n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
-  E.line("  #pragma unroll");
-  E.line("  for (int s = 0; s < " + std::to_string(q.NS) + "; ++s)");
-  E.line("    #pragma unroll");
-  E.line("    for (int r = 0; r < 4; ++r) {");
-  // accumulator r: row g + 8 (r / 2), column 2 q + r % 2
-  E.line("      const int i = m0 + g + 8 * (r / 2), j = n0 + s * 8 + 2 * q + r % 2;");
-  E.line("      if (tile < " + std::to_string(q.TM * q.TN) + " && i < " + std::to_string(d.M) + " && j < " + std::to_string(d.N) + ") {");
-  E.depth += 4;
-  body();
-  E.depth -= 4;
-  E.line("      }");
-  E.line("    }");
-  E.line("}");
+  E.foreach_in(mma_layout(d, q), {d.M, d.N}, body);
 }
 
 }  // namespace
@@ -230,10 +211,13 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   int64_t steps = (d.K + m.k - 1) / m.k, kpad = steps * m.k - d.K;
   // Operands the loop pipeline already put in shared memory are read where they are; the others
   // are written to the exchange region (1024-aligned: the swizzle atoms are).
+  // A in the accumulator layout (P of attention) is fed from registers (wgmma_a_from_registers).
+  ValueLayout a_layout = E.layout_of(e.in[0]);
+  bool a_regs = a_layout.kind == ValueLayout::Mma;
   std::string base[2];
   std::vector<int> put;
   size_t end = 0;
-  for (int i = 0; i < 2; ++i) {
+  for (int i = a_regs ? 1 : 0; i < 2; ++i) {
     auto it = E.smem_operands.end();
     if (auto* v = std::get_if<ir::Var>(&e.in[static_cast<size_t>(i)])) it = E.smem_operands.find(v->id);
     if (it != E.smem_operands.end()) {
@@ -267,20 +251,47 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     E.line("fence_proxy_async();");
     E.sync();
   }
+  auto where = [&](int i) {
+    bool written = put.end() != std::find(put.begin(), put.end(), i);
+    return written ? " written to shared memory" : " in shared memory";
+  };
   E.dots_text += "dot " + ir::atom_aval(e.in[0]).str() + (d.ta ? "^T" : "") + " x " + ir::atom_aval(e.in[1]).str() + (d.tb ? "^T" : "") + ": wgmma m64n" +
                  std::to_string(8 * q.NS) + "k" + std::to_string(m.k) + ", " + std::to_string(q.TM * q.TN) + " tile(s) over " + std::to_string(q.W) +
-                 " warpgroup(s); A " + (A.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 0) ? " from registers" : " in shared memory") +
-                 ", B " + (B.k_major ? "K-major" : "MN-major") + (put.end() != std::find(put.begin(), put.end(), 1) ? " from registers" : " in shared memory") + "\n";
+                 " warpgroup(s); A " + (a_regs ? std::string("in registers (its fragments)") : std::string(A.k_major ? "K-major" : "MN-major") + where(0)) +
+                 ", B " + (B.k_major ? "K-major" : "MN-major") + where(1) + "\n";
   std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
   std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
   int64_t regs = 4 * q.NS;
   std::string list, outs;
   for (int64_t i = 0; i < regs; ++i) {
     list += (i ? "," : "") + std::string("%") + std::to_string(i);
-    outs += (i ? ", " : "") + std::string(t == DType::I8 ? "\"+r\"(" : "\"+f\"(") + frag + "[t][" + std::to_string(i / 4) + "][" + std::to_string(i % 4) + "])";
+    outs += (i ? ", " : "") + std::string(t == DType::I8 ? "\"+r\"(" : "\"+f\"(") + frag + "[t * " + std::to_string(regs) + " + " + std::to_string(i) + "])";
   }
   std::string a_op = "%" + std::to_string(regs), b_op = "%" + std::to_string(regs + 1);
   std::string tail = t == DType::I8 ? ", 1" : narrow ? ", 1, 1, 1, " + std::string(A.k_major ? "0" : "1") + ", " + (B.k_major ? "0" : "1") : ", 1, 1, 1";
+  std::string a_in = "\"l\"(da)";
+  if (a_regs) {
+    // k16 step ks of A is n-blocks 2 ks and 2 ks + 1 of its fragments: register 0 holds row g,
+    // columns 2q, 2q + 1 of the first (slots r = 0, 1), register 1 row g + 8 (r = 2, 3),
+    // registers 2 and 3 the same of the second — the A layout of m16n8k16 and of wgmma alike.
+    a_op = "{%" + std::to_string(regs) + ", %" + std::to_string(regs + 1) + ", %" + std::to_string(regs + 2) + ", %" + std::to_string(regs + 3) + "}";
+    b_op = "%" + std::to_string(regs + 4);
+    tail = ", 1, 1, 1, " + std::string(B.k_major ? "0" : "1");
+    // Packed before the fence: ptxas would otherwise fence every instruction whose A registers
+    // were just written.
+    std::string P = E.name(e.in[0]), NA = std::to_string(a_layout.grid.NS), pa = E.fresh("pa");
+    E.line("u32 " + pa + "[" + std::to_string(q.TPW * steps * 4) + "];");
+    E.line("#pragma unroll");
+    E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t)");
+    E.line("  #pragma unroll");
+    E.line("  for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks)");
+    E.line("    #pragma unroll");
+    E.line("    for (int h = 0; h < 4; ++h)");
+    E.line("      " + pa + "[(t * " + std::to_string(steps) + " + ks) * 4 + h] = pk2(" + P + "[(t * " + NA + " + 2 * ks + h / 2) * 4 + 2 * (h % 2)], " + P + "[(t * " + NA +
+           " + 2 * ks + h / 2) * 4 + 2 * (h % 2) + 1]);");
+    auto reg = [&](int h) { return "\"r\"(" + pa + "[(t * " + std::to_string(steps) + " + ks) * 4 + " + std::to_string(h) + "])"; };
+    a_in = reg(0) + ", " + reg(1) + ", " + reg(2) + ", " + reg(3);
+  }
   E.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
   E.line("#pragma unroll");
   E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
@@ -290,9 +301,9 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   E.line("  const int m0 = (tile / " + std::to_string(q.TN) + ") * 64, n0 = (tile % " + std::to_string(q.TN) + ") * " + n + ";");
   E.line("  #pragma unroll");
   E.line("  for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks) {");
-  E.line("    const u64 da = wg_desc(" + wa + " + " + A.start("m0", "ks", m.k) + ", " + std::to_string(A.lbo()) + ", 1024);");
+  if (!a_regs) E.line("    const u64 da = wg_desc(" + wa + " + " + A.start("m0", "ks", m.k) + ", " + std::to_string(A.lbo()) + ", 1024);");
   E.line("    const u64 db = wg_desc(" + wb + " + " + B.start("n0", "ks", m.k) + ", " + std::to_string(B.lbo()) + ", 1024);");
-  E.line("    asm volatile(\"" + instr + " {" + list + "}, " + a_op + ", " + b_op + tail + ";\" : " + outs + " : \"l\"(da), \"l\"(db));");
+  E.line("    asm volatile(\"" + instr + " {" + list + "}, " + a_op + ", " + b_op + tail + ";\" : " + outs + " : " + a_in + ", \"l\"(db));");
   E.line("  }");
   E.line("}");
   E.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
@@ -354,9 +365,10 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
   E.line("const int col = n0 + s * 8 + g;");
   E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
   E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-  std::string cr = std::string(m.acc) == "float" ? "f" : "r", c = frag + "[t][s]";
-  E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c + "[0]), \"+" + cr +
-         "\"(" + c + "[1]), \"+" + cr + "\"(" + c + "[2]), \"+" + cr + "\"(" + c + "[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
+  std::string cr = std::string(m.acc) == "float" ? "f" : "r";
+  auto c = [&](int r) { return frag + "[(t * " + std::to_string(q.NS) + " + s) * 4 + " + std::to_string(r) + "]"; };
+  E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c(0) + "), \"+" + cr +
+         "\"(" + c(1) + "), \"+" + cr + "\"(" + c(2) + "), \"+" + cr + "\"(" + c(3) + ") : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
   --E.depth;
   E.line("}");
   --E.depth;
@@ -368,8 +380,9 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
   E.sync();  // the operand tiles are read until here
 }
 
-// Fragments <-> a tile in the blocked layout, through an M x N tile in the exchange region
-// (at its start: the operand tiles there are dead once mma_accumulate has synced).
+// Fragments -> a tile in the blocked layout, through an M x N tile in the exchange region
+// (at its start: the operand tiles there are dead once mma_accumulate has synced). Only for a
+// dot whose result the value-layout pass left blocked (Emitter::as_layout converts the others).
 std::string exchange_tile(Emitter& E, const DotShape& d, const MmaKind& m) {
   E.reserve(0, ir::Aval::array({d.M, d.N}, DType::F32));
   std::string xc = E.fresh("xc");
@@ -378,26 +391,11 @@ std::string exchange_tile(Emitter& E, const DotShape& d, const MmaKind& m) {
 }
 void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const std::string& frag, const ir::Var& out) {
   std::string xc = exchange_tile(E, d, m);
-  foreach_fragment(E, d, q, [&] { E.line(xc + "[i * " + std::to_string(d.N) + " + j] = " + frag + "[t][s][r];"); });
+  foreach_fragment(E, d, q, [&] { E.line(xc + "[i * " + std::to_string(d.N) + " + j] = " + frag + "[k];"); });
   E.sync();
   E.foreach(out.aval.shape, [&] { E.line(E.elem(out, "k") + " = cv<" + ctype(out.aval.dtype) + ">(" + xc + "[e]);"); });
   E.sync();
 }
-void tile_to_fragments(Emitter& E, const DotShape& d, const MmaGrid& q, const MmaKind& m, const ir::Atom& in, const std::string& frag) {
-  std::string scalar;  // one value for every element: straight into the fragments
-  if (Emitter::scalar_like(ir::atom_aval(in))) scalar = E.name(in);
-  else if (auto* v = std::get_if<ir::Var>(&in); v && E.uniform.count(v->id)) scalar = E.uniform.at(v->id);
-  if (!scalar.empty()) {
-    foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = (" + m.acc + ")ld(" + scalar + ");"); });
-    return;
-  }
-  std::string xc = exchange_tile(E, d, m);
-  E.foreach({d.M, d.N}, [&] { E.line(xc + "[e] = (" + m.acc + ")ld(" + E.elem(in, "k") + ");"); });
-  E.sync();
-  foreach_fragment(E, d, q, [&] { E.line(frag + "[t][s][r] = " + xc + "[i * " + std::to_string(d.N) + " + j];"); });
-  E.sync();
-}
-
 DotShape dot_shape(const ir::Eqn& e) {
   ir::Aval a = ir::atom_aval(e.in[0]);
   const ir::Var& o = e.out[0];
@@ -422,12 +420,18 @@ void dot(Emitter& E, const ir::Eqn& e) {
   if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {  // a loop carry's fragments (fori)
     MmaGrid q = mma_grid(E, d, *m);
     if (auto sc = E.scale_fragments_by_rows.find(&e); sc != E.scale_fragments_by_rows.end()) {
-      // acc * r[:, None]: each thread multiplies its fragments by the r of their rows
-      E.reserve(0, ir::atom_aval(sc->second));
-      std::string xr = E.put_shared(sc->second, 0);
-      E.sync();
-      foreach_fragment(E, d, q, [&] { E.line(it->second + "[t][s][r] *= " + xr + "[i];"); });
-      E.sync();
+      // acc * r[:, None]: each thread multiplies its fragments by the r of their rows, held in
+      // its registers when r is in the rows layout of these fragments, else read from shared memory
+      if (E.layout_of(sc->second).rows_match(mma_layout(d, q))) {
+        std::string r = E.name(sc->second);
+        foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + r + "[rk];"); });
+      } else {
+        E.reserve(0, ir::atom_aval(sc->second));
+        std::string xr = E.put_shared(sc->second, 0);
+        E.sync();
+        foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + xr + "[i];"); });
+        E.sync();
+      }
     }
     mma_accumulate(E, e, d, t, *m, q, it->second);
     return;
@@ -435,6 +439,11 @@ void dot(Emitter& E, const ir::Eqn& e) {
   E.declare(o);
   if (m) {
     MmaGrid q = mma_grid(E, d, *m);
+    if (E.layout_of(o).kind == ValueLayout::Mma) {  // the result stays in its fragments (value_layout.h)
+      E.line("for (int k = 0; k < " + std::to_string(E.slots(o)) + "; ++k) " + E.name(o) + "[k] = 0;");
+      mma_accumulate(E, e, d, t, *m, q, E.name(o));
+      return;
+    }
     std::string frag = E.fresh("frag");
     declare_fragments(E, q, *m, frag, /*zero=*/true);
     mma_accumulate(E, e, d, t, *m, q, frag);
@@ -476,6 +485,26 @@ std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& 
   *rows_are_mn = operand == 0 ? ops.a_rows_mn : ops.b_rows_mn;
   *k_padding = (d.K + m->k - 1) / m->k * m->k - d.K;
   return operand == 0 ? ops.a : ops.b;
+}
+
+std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot) {
+  const MmaKind* m = mma_kind_of(E, dot);
+  DType acc = m && std::string(m->acc) == "float" ? DType::F32 : DType::I32;
+  if (!m || dot.out[0].aval.dtype != acc) return std::nullopt;  // another result type: converted once, blocked
+  DotShape d = dot_shape(dot);
+  return mma_layout(d, mma_grid(E, d, *m));
+}
+
+// wgmma reads A from registers in the accumulator's own register layout (16-bit inputs): the
+// value must be this dot's A untransposed, with the dot's rows on the same warpgroups (same
+// M tiling, tiles spanning all columns in both), and whole k16 steps.
+bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a) {
+  const MmaKind* m = mma_kind_of(E, dot);
+  if (!m || a.kind != ValueLayout::Mma || m->k != 16) return false;
+  DotShape d = dot_shape(dot);
+  MmaGrid q = mma_grid(E, d, *m);
+  return q.wg && a.grid.wg && !d.ta && a.M == d.M && a.N == d.K && d.K % 16 == 0 && a.grid.TN == 1 && q.TN == 1 && a.grid.W == q.W &&
+         a.grid.TM == q.TM;
 }
 
 // A fori_loop carry that only accumulates tensor-core dots, `acc = acc + dot(a, b)` (the
@@ -554,12 +583,11 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
   return fc;
 }
 
+// The carry's fragments are the loop output's storage (its layout is the dot's, value_layout.h);
+// the initial value arrives in that layout too (emit_eqns converts it).
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init) {
-  DotShape d = dot_shape(*fc.dot);
-  const MmaKind* m = mma_kind_of(E, *fc.dot);
-  MmaGrid q = mma_grid(E, d, *m);
-  declare_fragments(E, q, *m, fc.frag, /*zero=*/false);
-  tile_to_fragments(E, d, q, *m, init, fc.frag);
+  E.line("for (int k = 0; k < " + std::to_string(dot_result_layout(E, *fc.dot)->slots()) + "; ++k) " + fc.frag + "[k] = " +
+         (Emitter::scalar_like(ir::atom_aval(init)) ? E.name(init) : E.name(init) + "[k]") + ";");
   E.dot_into_fragments[fc.dot] = fc.frag;
   E.absorbed.insert(fc.add);
   if (fc.scale_mul) {
@@ -569,10 +597,7 @@ void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& i
   }
 }
 
-void end_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Var& out) {
-  DotShape d = dot_shape(*fc.dot);
-  const MmaKind* m = mma_kind_of(E, *fc.dot);
-  fragments_to_tile(E, d, mma_grid(E, d, *m), *m, fc.frag, out);
+void end_fragment_carry(Emitter& E, const FragmentCarry& fc) {
   E.dot_into_fragments.erase(fc.dot);
   E.absorbed.erase(fc.add);
   E.scale_fragments_by_rows.erase(fc.dot);

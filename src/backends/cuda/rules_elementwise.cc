@@ -14,7 +14,7 @@ void elementwise(Emitter& E, const ir::Eqn& e, const std::function<std::string(c
   E.declare(o);
   DType in_t = ir::atom_aval(e.in.back()).dtype;
   std::string C = compute_type(in_t);
-  E.foreach(o.aval.shape, [&] {
+  E.foreach_value(o, [&] {
     std::vector<std::string> a;
     for (auto& x : e.in) a.push_back("ld(" + E.elem(x, "k") + ")");
     std::string r = f(a, C);
@@ -103,7 +103,7 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::select_n, [](Emitter& E, const ir::Eqn& e) {
     const ir::Var& o = e.out[0];
     E.declare(o);
-    E.foreach(o.aval.shape, [&] {
+    E.foreach_value(o, [&] {
       std::string w = E.elem(e.in[0], "k");
       std::string r = E.elem(e.in.back(), "k");
       for (int c = static_cast<int>(e.in.size()) - 3; c >= 0; --c)
@@ -120,14 +120,14 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
     const ir::Var& o = e.out[0];
     E.declare(o);
     std::string from = ctype(ir::atom_aval(e.in[0]).dtype), to = ctype(o.aval.dtype);
-    E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = conv<" + to + ", " + from + ">(" + E.elem(e.in[0], "k") + ");"); });
+    E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = conv<" + to + ", " + from + ">(" + E.elem(e.in[0], "k") + ");"); });
   });
   t.set(PrimId::bitcast_convert_type, [](Emitter& E, const ir::Eqn& e) {
     const ir::Var& o = e.out[0];
     ir::Aval in = ir::atom_aval(e.in[0]);
     if (itemsize(in.dtype) != itemsize(o.aval.dtype)) E.fail(e, "bitcasts between types of different widths are not lowered");
     E.declare(o);
-    E.foreach(o.aval.shape, [&] {
+    E.foreach_value(o, [&] {
       E.line("{ " + ctype(in.dtype) + " s_ = " + E.elem(e.in[0], "k") + "; memcpy(&" + E.elem(o, "k") + ", &s_, " +
              std::to_string(itemsize(in.dtype)) + "); }");
     });

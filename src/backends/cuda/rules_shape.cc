@@ -122,6 +122,33 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
   return true;
 }
 
+// A row reduction of a tensor-core dot's fragments (value_layout.h) into its Rows layout: each
+// thread combines its slots of each of its two rows per tile, then the four lanes of a quad
+// (which hold the rest of those rows) by xor shuffles 1 and 2. No shared memory, no barrier.
+void reduce_fragment_rows(Emitter& E, const ir::Eqn& e) {
+  PrimId id = e.prim->id;
+  const ir::Var& o = e.out[0];
+  ValueLayout L = E.layout_of(e.in[0]);
+  std::string T = compute_type(ir::atom_aval(e.in[0]).dtype), x = E.name(e.in[0]), NS = std::to_string(L.grid.NS);
+  E.line("#pragma unroll");
+  E.line("for (int t = 0; t < " + std::to_string(L.grid.TPW) + "; ++t)");
+  E.line("  #pragma unroll");
+  E.line("  for (int h = 0; h < 2; ++h) {");
+  E.depth += 2;
+  E.line(T + " acc = " + init_value(id, ir::atom_aval(e.in[0]).dtype) + ";");
+  E.line("#pragma unroll");
+  E.line("for (int s = 0; s < " + NS + "; ++s)");
+  E.line("  #pragma unroll");
+  E.line("  for (int c = 0; c < 2; ++c)");  // the columns past N hold nothing
+  std::string inside = L.N % (8 * L.grid.NS) ? "if (s * 8 + 2 * (threadIdx.x & 3) + c < " + std::to_string(L.N) + ") " : "";
+  E.line("    " + inside + "acc = " + combine(id, T, "acc", "ld(" + x + "[(t * " + NS + " + s) * 4 + 2 * h + c])") + ";");
+  E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 1)") + ";");
+  E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 2)") + ";");
+  E.line(E.name(o) + "[t * 2 + h] = cv<" + ctype(o.aval.dtype) + ">(acc);");
+  E.depth -= 2;
+  E.line("  }");
+}
+
 void reduce(Emitter& E, const ir::Eqn& e) {
   PrimId id = e.prim->id;
   const ir::Var& o = e.out[0];
@@ -129,6 +156,10 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   DType t = in.dtype;
   std::string T = compute_type(t);
   E.declare(o);
+  if (E.layout_of(o).kind == ValueLayout::Rows) {
+    reduce_fragment_rows(E, e);
+    return;
+  }
   if (Emitter::scalar_like(in)) {
     E.line(E.name(o) + " = " + E.name(e.in[0]) + ";");
     return;
@@ -224,8 +255,15 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   if (Emitter::scalar_like(in)) {
     if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
     E.declare(o);
-    E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
+    E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
     E.uniform[o.id] = E.name(e.in[0]);
+    return;
+  }
+  if (E.layout_of(e.in[0]).kind == ValueLayout::Rows) {  // row statistics: in registers already
+    ValueLayout out = E.layout_of(o);
+    if (out.kind == ValueLayout::Rows) { E.names[o.id] = E.name(e.in[0]); return; }  // [M] -> [M, 1]
+    E.declare(o);
+    E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + "[rk];"); });
     return;
   }
   auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
@@ -281,7 +319,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     int dim = static_cast<int>(e.params.get_int("dimension"));
     if (dim < 0) dim += o.aval.ndim();
     E.declare(o);
-    E.foreach(o.aval.shape, [&] {
+    E.foreach_value(o, [&] {
       auto oi = E.unravel("e", o.aval.shape);
       E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + (oi.empty() ? std::string("0") : oi[static_cast<size_t>(dim)]) + ");");
     });

@@ -1,0 +1,283 @@
+// The value-layout pass (value_layout.h): which values live in a tensor-core dot's fragments
+// (Mma) or in its rows (Rows), and which stay blocked. As Triton's layout propagation: a dot
+// on the tensor cores anchors the Mma layout of its result, and the layout flows forward
+// through elementwise ops, row reductions (to Rows), reshapes between [M] and [M, 1], and
+// fori_loop carries (to a fixed point). Values that any layout computes as cheaply — iota,
+// broadcasts of scalars and of Rows values, elementwise ops of those — take the layout all
+// their users take them in ("flexible"), so a causal mask or a row statistic broadcast over
+// the columns costs no conversion. Every other op takes blocked operands; emit_eqns converts
+// where a value's layout and its user's differ.
+#include <sstream>
+#include <unordered_set>
+
+#include "src/backends/cuda/rules.h"
+
+namespace pallas::cuda {
+using ir::PrimId;
+
+namespace {
+
+bool elementwise(const ir::Eqn& e) {
+  ir::PrimKind k = e.prim->kind;
+  return (k == ir::PrimKind::Unary || k == ir::PrimKind::Binary || k == ir::PrimKind::Elementwise) && e.out.size() == 1;
+}
+// The value is [M] or [M, 1] (one value per row of an M-row tile).
+bool per_row_shape(const Shape& s, int64_t M) { return (s.size() == 1 && s[0] == M) || (s.size() == 2 && s[0] == M && s[1] == 1); }
+bool fits(const ValueLayout& L, const Shape& s) {
+  if (L.kind == ValueLayout::Mma) return s.size() == 2 && s[0] == L.M && s[1] == L.N;
+  if (L.kind == ValueLayout::Rows) return per_row_shape(s, L.M);
+  return true;
+}
+// Row reductions of an Mma value shuffle their partials within a quad: 4- and 8-byte types.
+bool shuffles(DType t) {
+  std::string T = compute_type(t);
+  return T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64";
+}
+
+struct Assign {
+  const Emitter& E;
+  std::unordered_map<int64_t, ValueLayout> lay;  // decided layouts (absent: blocked)
+  // Flexible values, with the Rows layout they must line up with when they broadcast one.
+  std::unordered_map<int64_t, std::optional<ValueLayout>> flex;
+  std::unordered_set<const ir::Eqn*> absorbed;  // the fragment carries' adds and scales
+  std::ostringstream text;
+
+  ValueLayout of(const ir::Atom& a) const {
+    auto* v = std::get_if<ir::Var>(&a);
+    if (!v || Emitter::scalar_like(v->aval)) return {};
+    auto it = lay.find(v->id);
+    return it == lay.end() ? ValueLayout{} : it->second;
+  }
+  bool is_flex(const ir::Atom& a) const {
+    auto* v = std::get_if<ir::Var>(&a);
+    return v && flex.count(v->id);
+  }
+  void set(const ir::Var& v, const ValueLayout& L) {
+    if (L.kind != ValueLayout::Blocked && !Emitter::scalar_like(v.aval)) lay[v.id] = L;
+  }
+
+  void forward(const ir::Jaxpr& j) {
+    for (const ir::Eqn& e : j.eqns) {
+      for (const ir::Var& o : e.out) lay.erase(o.id), flex.erase(o.id);
+      PrimId id = e.prim->id;
+      if (absorbed.count(&e)) continue;
+      if (id == PrimId::fori_loop) {
+        fori(e);
+        continue;
+      }
+      if (id == PrimId::while_loop || id == PrimId::cond) {
+        nested(e);
+        continue;
+      }
+      if (e.out.empty() || Emitter::scalar_like(e.out[0].aval)) continue;
+      const ir::Var& o = e.out[0];
+      if (elementwise(e)) {
+        std::optional<ValueLayout> anchor, need;
+        bool all_flex = true, any = false;
+        for (const ir::Atom& x : e.in) {
+          if (Emitter::scalar_like(ir::atom_aval(x))) continue;
+          any = true;
+          if (is_flex(x)) {
+            if (auto& n = flex.at(std::get<ir::Var>(x).id)) need = n;
+            continue;
+          }
+          all_flex = false;
+          ValueLayout L = of(x);
+          if (!anchor && L.kind != ValueLayout::Blocked && fits(L, o.aval.shape)) anchor = L;
+        }
+        if (anchor) set(o, *anchor);
+        else if (any && all_flex) flex[o.id] = need;
+        continue;
+      }
+      switch (id) {
+        case PrimId::iota: flex[o.id] = std::nullopt; break;
+        case PrimId::broadcast_in_dim: {
+          ir::Aval in = ir::atom_aval(e.in[0]);
+          if (Emitter::scalar_like(in)) {
+            flex[o.id] = std::nullopt;
+            break;
+          }
+          ValueLayout L = of(e.in[0]);
+          if (L.kind != ValueLayout::Rows) break;
+          auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
+          if (bd.empty() || bd[0] != 0) break;
+          if (per_row_shape(o.aval.shape, L.M)) set(o, L);                              // [M] -> [M, 1]
+          else if (o.aval.shape.size() == 2 && o.aval.shape[0] == L.M) flex[o.id] = L;  // over the columns
+          break;
+        }
+        case PrimId::reshape:
+        case PrimId::squeeze: {
+          ValueLayout L = of(e.in[0]);
+          if (L.kind == ValueLayout::Rows && per_row_shape(o.aval.shape, L.M)) set(o, L);
+          break;
+        }
+        case PrimId::reduce_sum:
+        case PrimId::reduce_max:
+        case PrimId::reduce_min:
+        case PrimId::reduce_prod: {
+          ValueLayout L = of(e.in[0]);
+          auto axes = e.params.get<std::vector<int64_t>>("axes");
+          bool last = axes.size() == 1 && (axes[0] == 1 || axes[0] == -1);
+          if (L.kind == ValueLayout::Mma && L.grid.TN == 1 && last && shuffles(ir::atom_aval(e.in[0]).dtype)) set(o, ValueLayout::rows_of(L));
+          break;
+        }
+        case PrimId::dot:
+          if (auto L = dot_result_layout(E, e)) set(o, *L);
+          break;
+        default: break;
+      }
+    }
+  }
+
+  // Loops and branches other than fori take and give blocked values; their bodies are assigned
+  // on their own.
+  void nested(const ir::Eqn& e) {
+    std::vector<ir::JaxprPtr> subs;
+    if (e.prim->id == PrimId::cond) subs = e.params.get<std::vector<ir::JaxprPtr>>("branches");
+    else subs = {e.params.get<ir::JaxprPtr>("cond_jaxpr"), e.params.get<ir::JaxprPtr>("body_jaxpr")};
+    for (auto& j : subs) {
+      for (const ir::Var& v : j->invars) lay.erase(v.id), flex.erase(v.id);
+      forward(*j);
+      resolve(*j, std::vector<ValueLayout>(j->outvars.size()));
+    }
+  }
+
+  // fori_loop: carries that accumulate tensor-core dots are their fragments; the others take the
+  // layout their body gives them, found by iterating the body's assignment to a fixed point.
+  void fori(const ir::Eqn& e) {
+    const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+    size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
+    for (size_t q = 1 + nc; q < body.invars.size(); ++q) {  // loop-invariant operands keep theirs
+      const ir::Atom& outer = e.in[1 + q];
+      lay.erase(body.invars[q].id);
+      if (!is_flex(outer)) set(body.invars[q], of(outer));
+    }
+    std::vector<ValueLayout> carry(nc);
+    std::vector<bool> fragments(nc, false);
+    for (size_t c = 0; c < nc; ++c) {
+      if (auto fc = plan_fragment_carry(E, body, c)) {
+        fragments[c] = true;
+        carry[c] = *dot_result_layout(E, *fc->dot);
+        for (const ir::Eqn* a : {fc->add, fc->scale_mul, fc->scale_bcast})
+          if (a) absorbed.insert(a);
+      } else if (!is_flex(e.in[2 + c])) {
+        carry[c] = of(e.in[2 + c]);
+      }
+    }
+    for (int round = 0;; ++round) {
+      for (size_t c = 0; c < nc; ++c) {
+        lay.erase(body.invars[1 + c].id);
+        set(body.invars[1 + c], carry[c]);
+      }
+      forward(body);
+      bool changed = false;
+      for (size_t c = 0; c < nc; ++c) {
+        if (fragments[c]) continue;
+        ValueLayout out = is_flex(body.outvars[c]) ? ValueLayout{} : of(body.outvars[c]);
+        if (out == carry[c]) continue;
+        changed = true;
+        carry[c] = round < 4 ? out : ValueLayout{};  // no fixed point: blocked
+      }
+      if (!changed) break;
+    }
+    resolve(body, carry);
+    for (size_t c = 0; c < nc; ++c) set(e.out[c], carry[c]);
+  }
+
+  // Flexible values take the layout every user takes them in (users come later, so in reverse
+  // order each one's users are decided); blocked when they disagree or cannot hold it.
+  void resolve(const ir::Jaxpr& j, const std::vector<ValueLayout>& out_wants) {
+    std::unordered_map<int64_t, std::vector<std::pair<const ir::Eqn*, size_t>>> users;
+    for (const ir::Eqn& e : j.eqns)
+      for (size_t i = 0; i < e.in.size(); ++i)
+        if (auto* v = std::get_if<ir::Var>(&e.in[i]); v && !absorbed.count(&e)) users[v->id].push_back({&e, i});
+    auto of_fn = [this](const ir::Atom& a) { return of(a); };
+    for (auto it = j.eqns.rbegin(); it != j.eqns.rend(); ++it) {
+      for (const ir::Var& v : it->out) {
+        auto f = flex.find(v.id);
+        if (f == flex.end()) continue;
+        std::optional<ValueLayout> need = f->second, pick;
+        bool ok = true;
+        auto want = [&](const ValueLayout& L) {
+          if (!pick) pick = L;
+          else if (!(*pick == L)) ok = false;
+        };
+        for (auto& [u, i] : users[v.id]) {
+          bool loop_const = u->prim->id == PrimId::fori_loop && i >= 2 + static_cast<size_t>(u->params.get_int("num_carry"));
+          want(loop_const ? ValueLayout{} : operand_layout(E, *u, i, of_fn));
+        }
+        for (size_t c = 0; c < j.outvars.size(); ++c)
+          if (auto* w = std::get_if<ir::Var>(&j.outvars[c]); w && w->id == v.id) want(out_wants[c]);
+        flex.erase(f);
+        if (!ok || !pick || pick->kind == ValueLayout::Blocked || !fits(*pick, v.aval.shape)) continue;
+        if (need && !(need->rows_match(*pick) || *need == *pick)) continue;
+        set(v, *pick);
+      }
+    }
+  }
+
+  void dump(const ir::Jaxpr& j, int depth) {
+    std::string ind(static_cast<size_t>(depth) * 2, ' ');
+    for (const ir::Eqn& e : j.eqns) {
+      if (e.prim->id == PrimId::fori_loop) {
+        const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+        text << ind << "fori_loop:\n";
+        dump(body, depth + 1);
+        for (size_t c = 0; c < e.out.size(); ++c)
+          if (lay.count(e.out[c].id)) text << ind << "  carry " << c << " " << e.out[c].aval.str() << ": " << lay.at(e.out[c].id).str() << "\n";
+        continue;
+      }
+      for (const ir::Var& o : e.out)
+        if (lay.count(o.id))
+          text << ind << e.prim->name << " " << o.aval.str() << ": " << lay.at(o.id).str() << (absorbed.count(&e) ? " (absorbed)" : "") << "\n";
+    }
+  }
+};
+
+}  // namespace
+
+ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of) {
+  const ir::Atom& x = e.in[i];
+  ir::Aval a = ir::atom_aval(x);
+  if (a.is_ref || Emitter::scalar_like(a)) return of(x);
+  ValueLayout out = e.out.empty() ? ValueLayout{} : of(e.out[0]);
+  ValueLayout mine = of(x);
+  if (elementwise(e)) return out;
+  switch (e.prim->id) {
+    case PrimId::reduce_sum:
+    case PrimId::reduce_max:
+    case PrimId::reduce_min:
+    case PrimId::reduce_prod:
+      return out.kind == ValueLayout::Rows ? mine : ValueLayout{};
+    case PrimId::reshape:
+    case PrimId::squeeze:
+      return out.kind == ValueLayout::Rows ? mine : ValueLayout{};
+    case PrimId::broadcast_in_dim:
+      return mine.kind == ValueLayout::Rows && out.kind != ValueLayout::Blocked ? mine : ValueLayout{};
+    case PrimId::dot:
+      return i == 0 && wgmma_a_from_registers(E, e, mine) ? mine : ValueLayout{};
+    case PrimId::fori_loop: {
+      size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
+      if (i >= 2 && i < 2 + nc) return of(e.out[i - 2]);  // an initial carry: the carry's layout
+      return mine;                                         // loop-invariant: as it is
+    }
+    default: return {};
+  }
+}
+
+ValueLayouts assign_value_layouts(const Emitter& E, const ir::Jaxpr& kernel) {
+  Assign A{E, {}, {}, {}, {}};
+  A.forward(kernel);
+  A.resolve(kernel, std::vector<ValueLayout>(kernel.outvars.size()));
+  ValueLayouts r;
+  r.of = std::move(A.lay);
+  if (!r.of.empty()) {
+    A.lay = r.of;
+    A.text << "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n";
+    A.dump(kernel, 1);
+    r.text = A.text.str();
+  }
+  return r;
+}
+
+}  // namespace pallas::cuda

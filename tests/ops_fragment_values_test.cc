@@ -1,0 +1,174 @@
+// Kernels whose values the CUDA backend keeps in a tensor-core dot's fragments (value
+// layouts, src/backends/cuda/value_layout.h): elementwise ops, causal masks from iota, row
+// reductions and broadcasts of row statistics on a dot's result, P fed to a second dot from
+// registers, fori carries of row statistics, and fragments meeting blocked values (loaded
+// tiles, stores, column reductions). On the interpreter these are plain kernels; both
+// backends are checked against double-precision references. 64-row dots take wgmma on sm_90a,
+// 16- and 32-row dots mma.sync (whose 16 x 32 tiles split rows of 64 columns over warps, so
+// their row statistics go through the blocked layout).
+#include "tests/test_util.h"
+
+namespace pt {
+namespace {
+
+// softmax(mask(Q K^T * scale)) V in double, row by row (masked scores -1e30), each P entry
+// passed through round_p (the kernel's rounding of P to the dot's input type).
+std::vector<double> attention_ref(const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& v, int64_t M, int64_t N,
+                                  int64_t D, double scale, const std::function<bool(int64_t, int64_t)>& mask,
+                                  const std::function<double(double)>& round_p) {
+  std::vector<double> out(static_cast<size_t>(M * D));
+  for (int64_t i = 0; i < M; ++i) {
+    std::vector<double> s(static_cast<size_t>(N));
+    double mx = -INFINITY, l = 0;
+    for (int64_t j = 0; j < N; ++j) {
+      double a = 0;
+      for (int64_t d = 0; d < D; ++d) a += q[i * D + d] * k[j * D + d];
+      s[j] = mask(i, j) ? a * scale : -1e30;
+      mx = std::max(mx, s[j]);
+    }
+    for (auto& x : s) x = std::exp(x - mx), l += x;
+    for (int64_t d = 0; d < D; ++d) {
+      double a = 0;
+      for (int64_t j = 0; j < N; ++j) a += round_p(s[j]) * v[j * D + d];
+      out[i * D + d] = a / l;
+    }
+  }
+  return out;
+}
+
+// One block of attention without a loop: P = softmax(Q K^T * c) row by row, O = P V / l.
+// P is rounded to the input dtype before the second dot, as a user writes it.
+TEST(FragmentValues, SoftmaxOfADotFeedsASecondDot) {
+  struct Case {
+    int64_t M, N, D;
+    pl::DType t;
+  };
+  for (Case cs : {Case{64, 64, 64, pl::bf16}, Case{64, 128, 32, pl::f16}, Case{128, 64, 64, pl::bf16}, Case{64, 40, 32, pl::bf16},
+                  Case{64, 64, 32, pl::f32}, Case{32, 64, 32, pl::bf16}, Case{16, 32, 16, pl::f16}}) {
+    const int64_t M = cs.M, N = cs.N, D = cs.D;
+    const pl::DType t = cs.t;
+    SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " D=" + std::to_string(D) + " " + pl::dtype_name(t));
+    auto qv = with_edges(uniform(M * D, 31, -1, 1), t, false), kv = with_edges(uniform(N * D, 32, -1, 1), t, false),
+         vv = with_edges(uniform(N * D, 33, -1, 1), t, false);
+    const float c = 0.5f;
+    auto call = pl::pallas_call(
+        [=](pl::Ref q, pl::Ref k, pl::Ref v, pl::Ref o) {
+          pl::Value s = pl::dot(q[pl::all], k[pl::all], {.trans_b = true}) * c;
+          pl::Value m = pl::max(s, {1});
+          pl::Value p = pl::exp(s - pl::expand_dims(m, 1));
+          pl::Value l = pl::sum(p, {1});
+          o[pl::all] = pl::dot(p.astype(t), v[pl::all]) / pl::expand_dims(l, 1);
+        },
+        pl::ShapeDtype({M, D}, pl::f32), {.name = "softmax_dot", .compiler_params = {.num_warps = 4}});
+    pl::Array out = call(make_array(qv, {M, D}, t), make_array(kv, {N, D}, t), make_array(vv, {N, D}, t));
+    auto want = attention_ref(qv, kv, vv, M, N, D, c, [](int64_t, int64_t) { return true; },
+                              [&](double p) { return round_to(p, t == pl::f32 ? pl::bf16 : t); });
+    EXPECT_TRUE(close(to_doubles(out), want, 1e-2, false));
+  }
+}
+
+// A causal mask built from iota on a dot's result, its row maxima, the masked scores stored
+// (fragments to the blocked layout), a bias tile added (blocked to fragments), and column sums
+// (a reduction the fragments do not hold whole).
+TEST(FragmentValues, CausalMaskRowAndColumnStatisticsAndBlockedOperands) {
+  for (int64_t M : {64, 128, 32}) {
+    SCOPED_TRACE("M=" + std::to_string(M));
+    const int64_t N = 64, K = 32;
+    auto av = with_edges(uniform(M * K, 41, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * N, 42, -1, 1), pl::bf16, false);
+    auto biasv = uniform(M * N, 43, -1, 1);
+    auto call = pl::pallas_call(
+        [=](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref masked, pl::Ref rowmax, pl::Ref colsum) {
+          pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+          pl::Value row = pl::iota(pl::i32, {M, N}, 0), col = pl::iota(pl::i32, {M, N}, 1);
+          pl::Value sm = pl::where(row + 8 >= col, s, pl::full({M, N}, -1e30f));
+          masked[pl::all] = sm + bias[pl::all];
+          rowmax[pl::all] = pl::max(sm, {1});
+          colsum[pl::all] = pl::sum(s * 0.5f, {0});
+        },
+        {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({M}, pl::f32), pl::ShapeDtype({N}, pl::f32)}, {.name = "causal_stats"});
+    auto outs = call({make_array(av, {M, K}, pl::bf16), make_array(bv, {K, N}, pl::bf16), make_array(biasv, {M, N}, pl::f32)});
+    std::vector<double> masked(static_cast<size_t>(M * N)), rowmax(static_cast<size_t>(M), -INFINITY), colsum(static_cast<size_t>(N), 0.0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double a = 0;
+        for (int64_t p = 0; p < K; ++p) a += av[i * K + p] * bv[p * N + j];
+        double sm = i + 8 >= j ? a : -1e30;
+        masked[i * N + j] = sm + biasv[i * N + j];
+        rowmax[i] = std::max(rowmax[i], sm);
+        colsum[j] += a * 0.5;
+      }
+    EXPECT_TRUE(close(to_doubles(outs[0]), masked, 1e-5, false));
+    EXPECT_TRUE(close(to_doubles(outs[1]), rowmax, 1e-5, false));
+    EXPECT_TRUE(close(to_doubles(outs[2]), colsum, 1e-5, false));
+  }
+}
+
+// i8 dots accumulate exactly in i32: row maxima, minima and sums of the fragments (integer
+// shuffles), and a row statistic broadcast back over the columns.
+TEST(FragmentValues, IntegerDotRowStatisticsAreExact) {
+  const int64_t M = 64, N = 48, K = 64;
+  auto av = random_ints<int8_t>(M * K, 51, false), bv = random_ints<int8_t>(K * N, 52, false);
+  std::vector<double> ad(av.begin(), av.end()), bd(bv.begin(), bv.end());
+  auto call = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref mx, pl::Ref mn, pl::Ref sum, pl::Ref centered) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all], {.preferred_type = pl::i32});
+        mx[pl::all] = pl::max(s, {1});
+        mn[pl::all] = pl::min(s, {1});
+        sum[pl::all] = pl::sum(s, {1});
+        centered[pl::all] = s - pl::expand_dims(pl::max(s, {1}), 1);
+      },
+      {pl::ShapeDtype({M}, pl::i32), pl::ShapeDtype({M}, pl::i32), pl::ShapeDtype({M}, pl::i32), pl::ShapeDtype({M, N}, pl::i32)},
+      {.name = "int_stats"});
+  auto outs = call({make_array(ad, {M, K}, pl::i8), make_array(bd, {K, N}, pl::i8)});
+  std::vector<double> mx(static_cast<size_t>(M), -1e300), mn(static_cast<size_t>(M), 1e300), sum(static_cast<size_t>(M), 0.0), s(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double a = 0;
+      for (int64_t p = 0; p < K; ++p) a += ad[i * K + p] * bd[p * N + j];
+      s[i * N + j] = a;
+      mx[i] = std::max(mx[i], a), mn[i] = std::min(mn[i], a), sum[i] += a;
+    }
+  std::vector<double> centered(s);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) centered[i * N + j] -= mx[i];
+  EXPECT_EQ(to_doubles(outs[0]), mx);
+  EXPECT_EQ(to_doubles(outs[1]), mn);
+  EXPECT_EQ(to_doubles(outs[2]), sum);
+  EXPECT_EQ(to_doubles(outs[3]), centered);
+}
+
+// The online softmax of flash attention, written as a user writes it, with a causal mask from
+// iota inside the loop: the row maximum and sum are fori carries held per fragment row.
+TEST(FragmentValues, OnlineSoftmaxLoopCarriesRowStatistics) {
+  for (int64_t bk : {32, 64}) {
+    SCOPED_TRACE("bk=" + std::to_string(bk));
+    const int64_t M = 64, S = 128, D = 32;
+    auto qv = with_edges(uniform(M * D, 61, -1, 1), pl::bf16, false), kv = with_edges(uniform(S * D, 62, -1, 1), pl::bf16, false),
+         vv = with_edges(uniform(S * D, 63, -1, 1), pl::bf16, false);
+    auto call = pl::pallas_call(
+        [=](pl::Ref q, pl::Ref k, pl::Ref v, pl::Ref o) {
+          pl::Value qb = q[pl::all];
+          auto res = pl::fori_loop(0, int(S / bk), {pl::full({M}, -INFINITY), pl::zeros({M}), pl::zeros({M, D})},
+                                   [&](pl::Value it, std::vector<pl::Value> c) -> std::vector<pl::Value> {
+                                     pl::Value kb = k(pl::ds(it * bk, bk), pl::all), vb = v(pl::ds(it * bk, bk), pl::all);
+                                     pl::Value s = pl::dot(qb, kb, {.trans_b = true});
+                                     pl::Value col = pl::iota(pl::i32, {M, bk}, 1) + it * bk, row = pl::iota(pl::i32, {M, bk}, 0);
+                                     s = pl::where(row * 2 >= col, s, pl::full({M, bk}, -1e30f));
+                                     pl::Value m = pl::maximum(c[0], pl::max(s, {1}));
+                                     pl::Value alpha = pl::exp(c[0] - m);
+                                     pl::Value p = pl::exp(s - pl::expand_dims(m, 1));
+                                     pl::Value l = c[1] * alpha + pl::sum(p, {1});
+                                     pl::Value acc = c[2] * pl::expand_dims(alpha, 1) + pl::dot(p.astype(pl::bf16), vb);
+                                     return {m, l, acc};
+                                   });
+          o[pl::all] = res[2] / pl::expand_dims(res[1], 1);
+        },
+        pl::ShapeDtype({M, D}, pl::f32), {.name = "online_softmax"});
+    pl::Array out = call(make_array(qv, {M, D}, pl::bf16), make_array(kv, {S, D}, pl::bf16), make_array(vv, {S, D}, pl::bf16));
+    auto want = attention_ref(qv, kv, vv, M, S, D, 1.0, [](int64_t i, int64_t j) { return i * 2 >= j; }, [](double p) { return p; });
+    EXPECT_TRUE(close(to_doubles(out), want, 1e-2, false));
+  }
+}
+
+}  // namespace
+}  // namespace pt
