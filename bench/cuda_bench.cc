@@ -29,13 +29,22 @@ static double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
+// graph replay), memory, matmul, autotune, attention. Unset: all.
+static bool section(const char* name) {
+  const char* only = std::getenv("CUDA_BENCH_ONLY");
+  if (!only || !*only) return true;
+  std::string list = std::string(",") + only + ",";
+  return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
 int main() {
   if (!pl::cuda_available()) {
     std::printf("no GPU: %s\n", "CUDA backend unavailable");
     return 1;
   }
   std::printf("workload,ms,metric,value\n");
-  {  // first call: trace + lower + compile (cold unless the disk cache has it) + launch
+  if (section("launch")) {  // first call: trace + lower + compile (cold unless the disk cache has it) + launch
     double t0 = now_ms();
     auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]) * 2.f; }, pl::ShapeDtype({1024}, pl::f32),
                              {.grid = {8}, .in_specs = {pl::BlockSpec({128}, [](pl::Value i) { return pl::idx(i); })},
@@ -45,7 +54,7 @@ int main() {
     auto v = o.to_vector<float>();
     std::printf("first_call_small_kernel,%.2f,ms,%s\n", now_ms() - t0, std::getenv("PALLAS_NO_DISK_CACHE") ? "cold" : "disk-cache");
   }
-  {  // steady-state cost of one call of a tiny kernel (inputs on the device)
+  if (section("launch")) {  // steady-state cost of one call of a tiny kernel (inputs on the device)
     auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({128}, pl::f32), {.name = "tiny"});
     auto x = pl::random::normal({128}, pl::f32, 1).to(pl::Device::cuda(0));
     for (int i = 0; i < 100; ++i) k(x);
@@ -56,7 +65,7 @@ int main() {
     pl::synchronize();
     std::printf("tiny_call_host_overhead,%.4f,us_per_call,%.2f\n", (now_ms() - t0) / n, (now_ms() - t0) / n * 1000);
   }
-  {  // the same tiny call captured into a CUDA graph (100 calls a graph) and replayed: the cost per call
+  if (section("launch")) {  // the same tiny call captured into a CUDA graph (100 calls a graph) and replayed: the cost per call
     auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({128}, pl::f32), {.name = "tiny"});
     auto x = pl::random::normal({128}, pl::f32, 1).to(pl::Device::cuda(0));
     pl::Array out(pl::Shape{128}, pl::f32, pl::Device::cuda(0));
@@ -94,9 +103,8 @@ int main() {
     if (g) cuGraphDestroy(g);
     if (st) cuStreamDestroy(st);
   }
-  // CUDA_BENCH_ONLY=launch: only the rows above (host cost of a call, graph replay), a quick run
-  if (const char* only = std::getenv("CUDA_BENCH_ONLY"); only && std::string(only) == "launch") return 0;
   for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28
+    if (!section("memory")) break;
     int64_t n = int64_t{1} << 28;
     auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
     int warps = bs >= 4096 ? 8 : 4;
@@ -113,7 +121,7 @@ int main() {
     for (int64_t i = 0; i < n; i += 4099) err = std::max(err, (double)std::fabs(ov[i] - (xv[i] + yv[i])));
     std::printf("f32_add_2^28_block%d_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", bs, warps, ms, 3.0 * n * 4 / ms / 1e6, err);
   }
-  {  // f32 softmax 16384 x 4096, one row per program
+  if (section("memory")) {  // f32 softmax 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
     for (int warps : {4, 8, 16}) {
       auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
@@ -140,7 +148,7 @@ int main() {
     }
   }
   // Memory-bound kernels as a user writes them from the README and docs/ops.md.
-  {  // bf16 rms norm 16384 x 4096, 8 rows per program, f32 inside
+  if (section("memory")) {  // bf16 rms norm 16384 x 4096, 8 rows per program, f32 inside
     int64_t R = 16384, C = 4096, rows = 8;
     auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
     auto k = pl::pallas_call(
@@ -166,7 +174,7 @@ int main() {
     }
     std::printf("bf16_rms_norm_16384x4096_8rows,%.4f,GB/s,%.1f,relerr=%g\n", ms, 2.0 * R * C * 2 / ms / 1e6, err);
   }
-  {  // f32 layer norm 16384 x 4096, one row per program
+  if (section("memory")) {  // f32 layer norm 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
     auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
     auto k = pl::pallas_call(
@@ -182,7 +190,7 @@ int main() {
     double ms = median_ms([&] { out = k(x); }, 20);
     std::printf("f32_layer_norm_16384x4096,%.4f,GB/s,%.1f\n", ms, 2.0 * R * C * 4 / ms / 1e6);
   }
-  {  // f32 gelu(x) * y over 2^26 elements (tanh form)
+  if (section("memory")) {  // f32 gelu(x) * y over 2^26 elements (tanh form)
     int64_t n = int64_t{1} << 26, bs = 4096;
     auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
     auto k = pl::pallas_call(
@@ -210,6 +218,7 @@ int main() {
   for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 2048}, MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 4096},
                                MatmulCase{"bf16_x_wT", pl::bf16, true, false, 4096}, MatmulCase{"f16_matmul", pl::f16, false, false, 4096},
                                MatmulCase{"f32_tf32_matmul", pl::f32, false, false, 4096}}) {
+    if (!section("matmul")) break;
     int64_t n = mc.n, bm = 128, bn = 128, bk = mc.t == pl::f32 ? 32 : 64;
     bool tb = mc.tb, epi = mc.epilogue;
     pl::DType t = mc.t;
@@ -250,7 +259,7 @@ int main() {
       }
     std::printf("%s_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err, first_ms);
   }
-  {  // the library's matmul tuned by pl::autotune, against its default configuration
+  if (section("autotune")) {  // the library's matmul tuned by pl::autotune, against its default configuration
     int64_t n = 4096;
     auto a = pl::random::normal({n, n}, pl::bf16, 12).to(pl::Device::cuda(0));
     auto b = pl::random::normal({n, n}, pl::bf16, 13).to(pl::Device::cuda(0));
@@ -281,6 +290,7 @@ int main() {
   };
   for (AttnCase c : {AttnCase{8, 16, 2048, 64, 64, 64, 4}, AttnCase{8, 16, 2048, 64, 128, 64, 8}, AttnCase{8, 16, 2048, 64, 128, 128, 8},
                      AttnCase{4, 16, 4096, 128, 128, 64, 8}}) {
+    if (!section("attention")) break;
     pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk};
     cfg.compiler_params.num_warps = c.warps;
     pl::Call k = pl::kernels::flash_attention(c.B, c.H, c.S, c.D, pl::bf16, cfg);

@@ -4,7 +4,8 @@
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
 # Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench;
-# default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors; `regress` runs only the fuzzer's regression tests and the
+# default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
+# cuda_bench sections, ANCHORS=0 skips the anchors); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check). FUZZ_COUNT and FUZZ_SECONDS size the
 # campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
 set -u
@@ -62,7 +63,7 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
 fi
 if has kernels; then  # the user-written kernels of cuda_bench (the general compiler: no sm_90a fast path) and their anchors
   PALLAS_NO_FAST_PATHS=1 timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
-  timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -40
+  [ "${ANCHORS:-1}" = 0 ] || timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -40
 fi
 if has bench; then
   build-gpu/examples/pallas_demo 2>&1 | tee "$OUT/demo.log"

@@ -93,6 +93,10 @@ class Emitter {
   // The dot of the loop being emitted whose wgmma wait is deferred to the next iteration
   // (pipeline.h): it waits for all but its latest group and does not sync after.
   const ir::Eqn* wgmma_in_flight = nullptr;
+  // Inside a pipelined loop's body (pipeline.h): the stage buffers and resident operand tiles
+  // are rewritten only after the next iteration's barrier, so a dot that reads only those (or
+  // registers) needs no barrier after it.
+  bool operand_tiles_fenced = false;
   int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
   std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true

@@ -152,6 +152,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   size_t bytes = static_cast<size_t>(p.buffers) * p.stage_bytes + 1024;
   E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
+  p.saved_fenced = E.operand_tiles_fenced;
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
   std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
                      " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "");
@@ -176,15 +177,15 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
   std::string S = std::to_string(p.buffers), A = std::to_string(p.ahead);
   auto refill = [&] { issue(E, p, body, it + " + " + A, "(" + it + " - " + lo + " + " + A + ") % " + S, hi); };
-  // Copy groups are committed one per iteration (empty past the end): `ahead` are younger
-  // than this iteration's when it is waited for, or `ahead - 1` when the refill comes after.
-  if (!p.dot_in_flight) refill();
-  E.line("cp_async_wait<" + std::to_string(p.dot_in_flight ? p.ahead - 1 : p.ahead) + ">();");
+  // Copy groups are committed one per iteration (empty past the end): `ahead - 1` are younger
+  // than this iteration's when it is waited for. The refill comes after the barrier: by then
+  // every warp has finished the dots of the iteration that last read the stage refilled (the
+  // one before, or two before with the dot in flight), so the dots need no barrier after them.
+  E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
   E.line("fence_proxy_async();");
-  E.sync();  // every thread's copies of this stage have landed; with the dot in flight, every
-             // warpgroup has also finished the dot of two iterations ago, which read the
-             // buffer refilled next
-  if (p.dot_in_flight) refill();
+  E.sync();  // every thread's copies of this stage have landed
+  refill();
+  E.operand_tiles_fenced = true;
   E.names[body.invars[0].id] = it;
   for (const PipelinedLoad& l : p.loads)
     E.smem_operands[l.load->out[0].id] =
@@ -192,6 +193,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
 }
 
 void end_pipeline(Emitter& E, const LoopPipeline& p) {
+  E.operand_tiles_fenced = p.saved_fenced;
   if (p.dot_in_flight) {
     E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
     E.wgmma_in_flight = nullptr;

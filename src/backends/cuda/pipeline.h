@@ -40,6 +40,7 @@ struct LoopPipeline {
   // emission state
   std::string base;   // C name of the (1024-aligned) buffers
   size_t saved_xoff = 0;
+  bool saved_fenced = false;
 };
 
 // Which loads of the body to pipeline, and how deep (E.num_stages, fewer when shared memory
@@ -47,9 +48,9 @@ struct LoopPipeline {
 LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
 // Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi);
-// At the top of each iteration `it`: issues iteration it + ahead's copies, waits for iteration
-// it's (with the dot in flight: waits first, as the stage refilled is free only after the
-// barrier), and points the dots' operands at its stage.
+// At the top of each iteration `it`: waits for iteration it's copies, then (after the barrier,
+// when the stage refilled is free) issues iteration it + ahead's, and points the dots' operands
+// at its stage.
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi);
 // After the loop: waits for the dot in flight, drains the copies and frees the buffers.
 void end_pipeline(Emitter& E, const LoopPipeline& p);
@@ -66,6 +67,7 @@ struct ResidentOperand {
 struct ResidentOperands {
   std::vector<ResidentOperand> ops;
   size_t saved_xoff = 0;
+  bool saved_fenced = false;
 };
 ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
 void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound

@@ -95,13 +95,25 @@ template <class C> __device__ __forceinline__ C p_rem(C a, C b) {
   if constexpr (isf_v<C>) { if constexpr (sizeof(C) == 8) return fmod(a, b); else return fmodf(a, b); }
   else { if (b == 0) return a; if (C(-1) < C(0) && b == (C)-1) return 0; return a % b; }
 }
+// max/min as the interpreter: a NaN operand gives a NaN (a's when both), +0 > -0. Written
+// without branches (selects), as they run per element of every row reduction.
 template <class C> __device__ __forceinline__ C p_max(C a, C b) {
-  if constexpr (isf_v<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? b : a; return a > b ? a : b; }
-  else return a > b ? a : b;
+  if constexpr (same_v<C, float>) {
+    float m = a == b ? __int_as_float(__float_as_int(a) & __float_as_int(b)) : fmaxf(a, b);  // (+0, -0) -> +0
+    return (a != a || b != b) ? a + b : m;  // a + b: the NaN operand's payload (a's when both)
+  } else if constexpr (same_v<C, double>) {
+    double m = a == b ? __longlong_as_double(__double_as_longlong(a) & __double_as_longlong(b)) : fmax(a, b);
+    return (a != a || b != b) ? a + b : m;
+  } else return a > b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_min(C a, C b) {
-  if constexpr (isf_v<C>) { if (a != a) return a; if (b != b) return b; if (a == b) return signbit(a) ? a : b; return a < b ? a : b; }
-  else return a < b ? a : b;
+  if constexpr (same_v<C, float>) {
+    float m = a == b ? __int_as_float(__float_as_int(a) | __float_as_int(b)) : fminf(a, b);  // (+0, -0) -> -0
+    return (a != a || b != b) ? a + b : m;
+  } else if constexpr (same_v<C, double>) {
+    double m = a == b ? __longlong_as_double(__double_as_longlong(a) | __double_as_longlong(b)) : fmin(a, b);
+    return (a != a || b != b) ? a + b : m;
+  } else return a < b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_shl(C a, C b) { return ((u64)b >= sizeof(C) * 8) ? C(0) : (C)((typename UT<C>::t)a << b); }
 template <class C> struct ST { typedef C t; };

@@ -312,7 +312,7 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     return;
   }
   E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-  E.sync();  // the operand tiles are read until here
+  if (!put.empty() || !E.operand_tiles_fenced) E.sync();  // the operand tiles are read until here
 }
 
 // frag += A B for this dot's operands (written to the shared tiles first).

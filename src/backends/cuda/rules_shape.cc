@@ -123,25 +123,36 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
 }
 
 // A row reduction of a tensor-core dot's fragments (value_layout.h) into its Rows layout: each
-// thread combines its slots of each of its two rows per tile, then the four lanes of a quad
-// (which hold the rest of those rows) by xor shuffles 1 and 2. No shared memory, no barrier.
+// thread combines its 2 NS slots of each of its two rows per tile as a tree (depth log2(2 NS),
+// not a chain of 2 NS dependent steps: few warps hide little latency), then the four lanes of
+// a quad (which hold the rest of those rows) by xor shuffles 1 and 2. No shared memory, no
+// barrier.
 void reduce_fragment_rows(Emitter& E, const ir::Eqn& e) {
   PrimId id = e.prim->id;
   const ir::Var& o = e.out[0];
   ValueLayout L = E.layout_of(e.in[0]);
-  std::string T = compute_type(ir::atom_aval(e.in[0]).dtype), x = E.name(e.in[0]), NS = std::to_string(L.grid.NS);
+  DType in_t = ir::atom_aval(e.in[0]).dtype;
+  std::string T = compute_type(in_t), x = E.name(e.in[0]), NS = std::to_string(L.grid.NS);
+  int64_t n = 2 * L.grid.NS;
   E.line("#pragma unroll");
   E.line("for (int t = 0; t < " + std::to_string(L.grid.TPW) + "; ++t)");
   E.line("  #pragma unroll");
   E.line("  for (int h = 0; h < 2; ++h) {");
   E.depth += 2;
-  E.line(T + " acc = " + init_value(id, ir::atom_aval(e.in[0]).dtype) + ";");
+  E.line(T + " v_[" + std::to_string(n) + "];");
   E.line("#pragma unroll");
-  E.line("for (int s = 0; s < " + NS + "; ++s)");
-  E.line("  #pragma unroll");
-  E.line("  for (int c = 0; c < 2; ++c)");  // the columns past N hold nothing
-  std::string inside = L.N % (8 * L.grid.NS) ? "if (s * 8 + 2 * (threadIdx.x & 3) + c < " + std::to_string(L.N) + ") " : "";
-  E.line("    " + inside + "acc = " + combine(id, T, "acc", "ld(" + x + "[(t * " + NS + " + s) * 4 + 2 * h + c])") + ";");
+  E.line("for (int u = 0; u < " + std::to_string(n) + "; ++u)");
+  std::string slot = "ld(" + x + "[(t * " + NS + " + u / 2) * 4 + 2 * h + u % 2])";
+  if (L.N % (8 * L.grid.NS))  // the columns past N hold nothing
+    E.line("  v_[u] = (u / 2) * 8 + 2 * (threadIdx.x & 3) + u % 2 < " + std::to_string(L.N) + " ? " + slot + " : " + init_value(id, in_t) + ";");
+  else
+    E.line("  v_[u] = " + slot + ";");
+  for (int64_t w = n; w > 1; w = (w + 1) / 2) {
+    int64_t half = (w + 1) / 2;
+    for (int64_t u = 0; u + half < w; ++u)
+      E.line("v_[" + std::to_string(u) + "] = " + combine(id, T, "v_[" + std::to_string(u) + "]", "v_[" + std::to_string(u + half) + "]") + ";");
+  }
+  E.line(T + " acc = v_[0];");
   E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 1)") + ";");
   E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 2)") + ";");
   E.line(E.name(o) + "[t * 2 + h] = cv<" + ctype(o.aval.dtype) + ">(acc);");
