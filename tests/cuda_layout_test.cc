@@ -102,7 +102,7 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
 }
 
 // Which loads the pipeliner takes, and how deep (pipeline.h): trans_b puts B K-major (still
-// along the rows the program holds); f32 stays on the register path (tf32 rounding); a loop
+// along the rows the program holds); f32 goes through staging tiles (tf32 rounding); a loop
 // that writes a ref is not pipelined; num_stages is honoured and shrinks to fit 200 KiB, or the
 // loop is not pipelined at all. (K-major tiles hold whole 128-byte rows: K = 32 takes 64.)
 // A dot that accumulates into a fragment carry stays in flight across iterations and takes one
@@ -152,8 +152,13 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
+  // f32 (tf32 dots): copied as they are, then rounded into K-major tiles each iteration; the
+  // tile is rewritten, so the dot does not stay in flight
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
-            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major written to shared memory, B K-major written to shared memory\n");
+            "loop: 3 stages, 3 buffers of 32768 bytes, copies 2 iteration(s) ahead\n"
+            "  pipelined by cp.async through a staging tile, rounded to tf32 each iteration: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async through a staging tile, rounded to tf32 each iteration: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"
+            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
   EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
             "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major written to shared memory, B MN-major written to shared memory\n");
   // 64 KiB a stage: the fourth buffer for the dot in flight would not fit in 200 KiB, three

@@ -172,6 +172,32 @@ TEST(Dot, BlockedMatmulWithKLoop) {
   EXPECT_TRUE(close(to_doubles(c), want, tol_for(pl::bf16), false));
 }
 
+// An f32 K loop (tf32 dots) of 128-row blocks, with B as is and transposed: on sm_90a the
+// loop pipeliner copies the f32 blocks into staging tiles and rounds them to tf32 (to nearest,
+// as the interpreter) into the wgmma tiles each iteration. Exact up to the order of the sums.
+TEST(Dot, F32KLoopRoundsEveryStageToTf32) {
+  for (bool tb : {false, true}) {
+    SCOPED_TRACE(tb ? "B transposed" : "B as is");
+    const int64_t M = 128, K = 96, N = 64, bk = 32;
+    auto av = uniform(M * K, 24, -1, 1), bv = uniform(K * N, 25, -1, 1);
+    pl::Array a = make_array(av, {M, K}, pl::f32), b = make_array(bv, tb ? pl::Shape{N, K} : pl::Shape{K, N}, pl::f32);
+    auto call = pl::pallas_call(
+        [=](pl::Ref ar, pl::Ref br, pl::Ref cr) {
+          pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({M, N}), [&](pl::Value k, pl::Value acc) {
+            pl::Value y = tb ? br(pl::all, pl::ds(k * bk, bk)) : br(pl::ds(k * bk, bk), pl::all);
+            return acc + pl::dot(ar(pl::all, pl::ds(k * bk, bk)), y, {.trans_b = tb});
+          });
+          cr[pl::all] = acc;
+        },
+        pl::ShapeDtype({M, N}, pl::f32), {.name = "tf32_kloop", .compiler_params = {.num_warps = 4, .num_stages = 3}});
+    pl::Array c = call(a, b);
+    std::vector<double> ar(av), br(bv);
+    for (auto& x : ar) x = tf32(x);
+    for (auto& x : br) x = tf32(x);
+    EXPECT_TRUE(close(to_doubles(c), ref_dot(ar, br, M, K, N, false, tb), 2e-6, false));
+  }
+}
+
 // A K loop whose accumulator is rescaled row by row before each dot, as flash attention does:
 // acc = acc * r[:, None] + dot(a_k, b_k), r computed in the body from the loop index (once
 // before the dot, once through a reshape after it, in IR order). On the CUDA backend the

@@ -77,10 +77,12 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
     int64_t cols = l.load->out[0].aval.shape[1];
     const SwizzledTile& L = l.tile;
     bool rows_mn = l.rows_are_mn;
-    emit_async_load(E, *l.load, [&](const std::string& flat) {
+    bool issued = emit_async_load(E, *l.load, [&](const std::string& flat) {
+      if (l.staged) return dst + " + (" + flat + ") * 4";  // row-major, as loaded
       std::string r = "((" + flat + ") / " + std::to_string(cols) + ")", c = "((" + flat + ") % " + std::to_string(cols) + ")";
       return dst + " + " + (rows_mn ? L.at(r, c) : L.at(c, r));
     });
+    if (!issued) throw Error(E.what + ": CUDA lowering: the loop pipeliner planned a load it cannot copy asynchronously (a bug)");
   }
   --E.depth;
   E.line("}");
@@ -103,14 +105,13 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       auto d = def.find(v->id);
       if (d == def.end() || d->second->prim->id != PrimId::load || d->second->params.get_bool("has_mask")) continue;
       const ir::Eqn& load = *d->second;
-      // f32 operands are rounded to tf32 (round to nearest, as the interpreter) on their way
-      // through registers; wgmma would truncate raw f32 bits read from a copy
-      if (load.out[0].aval.dtype == DType::F32) continue;
       PipelinedLoad l;
       int64_t kpad = 0;
       auto tile = wgmma_operand_tile(E, dot, i, &l.rows_are_mn, &kpad);
-      // the layout's runs must lie along the tile's contiguous dimension; no K padding to zero
-      if (!tile || kpad != 0 || l.rows_are_mn != tile->k_major) continue;
+      l.staged = load.out[0].aval.dtype == DType::F32;  // rounded to tf32 through a staging tile
+      // copies straight into the tile: the layout's runs must lie along its contiguous
+      // dimension; no K padding to zero either way
+      if (!tile || kpad != 0 || (!l.staged && l.rows_are_mn != tile->k_major) || !async_loadable(E, load)) continue;
       std::unordered_set<const ir::Eqn*> seen;
       bool ok = true;
       for (size_t k = 1; k < load.in.size() && ok; ++k) ok = index_slice(load.in[k], body, num_carry, def, l.index_eqns, seen);
@@ -120,7 +121,12 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       l.operand = i;
       l.tile = *tile;
       l.off = p.stage_bytes;
-      p.stage_bytes += (tile->bytes + 1023) & ~size_t{1023};
+      size_t staging = static_cast<size_t>(load.out[0].aval.size()) * 4;
+      p.stage_bytes += ((l.staged ? staging : tile->bytes) + 1023) & ~size_t{1023};
+      if (l.staged) {
+        l.tile_off = p.tiles_bytes;
+        p.tiles_bytes += (tile->bytes + 1023) & ~size_t{1023};
+      }
       p.loads.push_back(std::move(l));
     }
   }
@@ -128,10 +134,12 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   // the dot may stay in flight across iterations when it is the body's only dot, both its
   // operands come from the pipeline and it accumulates into a fragment carry (nothing else
   // reads its registers until the loop ends)
+  // (not with staged operands: their one tile is rewritten every iteration)
   const ir::Eqn* async_dot = nullptr;
-  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot))
+  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot) &&
+      !p.loads[0].staged && !p.loads[1].staged)
     async_dot = p.loads[0].dot;
-  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + 1024 <= kPipelineBudget; };
+  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
   for (int s = E.num_stages; s >= 2; --s) {
     if (async_dot && fits(s + 1)) {
       p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot;
@@ -149,7 +157,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
-  size_t bytes = static_cast<size_t>(p.buffers) * p.stage_bytes + 1024;
+  size_t bytes = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes + 1024;
   E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
@@ -170,8 +178,9 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
-    E.dots_text += "  pipelined by cp.async: operand " + std::string(l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " +
-                   (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+    E.dots_text += std::string("  pipelined by cp.async") + (l.staged ? " through a staging tile, rounded to tf32 each iteration" : "") + ": operand " +
+                   (l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") +
+                   ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
 }
 
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
@@ -187,9 +196,29 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   refill();
   E.operand_tiles_fenced = true;
   E.names[body.invars[0].id] = it;
-  for (const PipelinedLoad& l : p.loads)
-    E.smem_operands[l.load->out[0].id] =
-        "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+  bool staged = false;
+  for (const PipelinedLoad& l : p.loads) {
+    std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+    if (!l.staged) {
+      E.smem_operands[l.load->out[0].id] = stage;
+      continue;
+    }
+    // staging -> the dot's tile, rounded to tf32 (the previous iteration's dot, which read the
+    // tile, finished before the barrier above)
+    std::string tile = "(" + p.base + " + " + std::to_string(static_cast<size_t>(p.buffers) * p.stage_bytes + l.tile_off) + ")";
+    E.smem_operands[l.load->out[0].id] = tile;
+    const Shape& sh = l.load->out[0].aval.shape;
+    std::string C = std::to_string(sh[1]);
+    E.line("for (int z = threadIdx.x; z < " + std::to_string(shape_size(sh)) + "; z += " + std::to_string(E.nt) + ") {");
+    E.line("  const int r = z / " + C + ", c = z % " + C + ";");
+    E.line("  *(float*)(" + tile + " + " + (l.rows_are_mn ? l.tile.at("r", "c") : l.tile.at("c", "r")) + ") = tf32(((const float*)" + stage + ")[z]);");
+    E.line("}");
+    staged = true;
+  }
+  if (staged) {  // st.shared writes, then the tensor cores' async proxy reads
+    E.line("fence_proxy_async();");
+    E.sync();
+  }
 }
 
 void end_pipeline(Emitter& E, const LoopPipeline& p) {

@@ -6,6 +6,9 @@
 // iterations overlap this one's tensor-core work, and the operand never passes through
 // registers.
 //
+// f32 operands of tf32 dots go the same way into a row-major staging tile, and are rounded
+// into the dot's tile at the top of the iteration that uses them.
+//
 // When the body's one dot is such a wgmma, with both operands pipelined, accumulating into a
 // loop carry kept in fragments, its wait is deferred one iteration (wgmma.wait_group 1):
 // the tensor cores run iteration i's instructions while the warps issue the next copies and
@@ -28,6 +31,11 @@ struct PipelinedLoad {
   SwizzledTile tile;                        // the dot's operand tile, one per stage
   bool rows_are_mn = true;
   size_t off = 0;                           // within a stage
+  // f32 operands (tf32 dots) are copied as they are into a row-major staging tile; each
+  // iteration then rounds them to tf32 (to nearest, as the interpreter; wgmma would truncate)
+  // into the dot's swizzled tile, transposing B to K-major (tf32 wgmma reads K-major only).
+  bool staged = false;
+  size_t tile_off = 0;                      // the swizzled tile, after the stage buffers
 };
 
 struct LoopPipeline {
@@ -37,6 +45,7 @@ struct LoopPipeline {
   const ir::Eqn* dot_in_flight = nullptr;  // the dot whose wgmma wait is deferred an iteration
   std::vector<PipelinedLoad> loads;
   size_t stage_bytes = 0;
+  size_t tiles_bytes = 0;  // the staged loads' swizzled tiles (one each, after the buffers)
   // emission state
   std::string base;   // C name of the (1024-aligned) buffers
   size_t saved_xoff = 0;

@@ -101,5 +101,6 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // emitted) unless the access is vectorised in 4, 8 or 16-byte pieces, unmasked and without
 // index arrays (rules_memory.cc).
 bool emit_async_load(Emitter& E, const ir::Eqn& load, const std::function<std::string(const std::string&)>& dst);
+bool async_loadable(const Emitter& E, const ir::Eqn& load);  // whether emit_async_load takes it
 
 }  // namespace pallas::cuda

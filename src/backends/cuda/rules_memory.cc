@@ -310,13 +310,20 @@ void atomic(Emitter& E, const ir::Eqn& e) {
 
 }  // namespace
 
-bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::string&)>& dst) {
-  const ir::Var& o = e.out[0];
+bool async_loadable(const Emitter& E, const ir::Eqn& e) {
   int W = vector_width(E, e);
-  int64_t bytes = W * static_cast<int64_t>(itemsize(o.aval.dtype));
+  int64_t bytes = W * static_cast<int64_t>(itemsize(e.out[0].aval.dtype));
   if (e.params.get_bool("has_mask") || W <= 1 || (bytes != 4 && bytes != 8 && bytes != 16)) return false;
   for (const ir::IndexDim& x : e.params.get<ir::NDIndexer>("idx").dims)
     if (x.kind == IndexDim::Kind::Array) return false;
+  return true;
+}
+
+bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::string&)>& dst) {
+  if (!async_loadable(E, e)) return false;
+  const ir::Var& o = e.out[0];
+  int W = vector_width(E, e);
+  int64_t bytes = W * static_cast<int64_t>(itemsize(o.aval.dtype));
   Plan p = plan(E, e, o.aval.shape);
   std::string B = std::to_string(bytes);
   foreach_vector_piece(E, p, W, [&](int q, const std::string& ptr, const std::string& ok) {
