@@ -233,5 +233,52 @@ TEST(CudaLayout, AttentionValuesStayInFragments) {
   EXPECT_EQ(sm80.find("rows ["), std::string::npos) << sm80;
 }
 
+// Flexible values (value_layout.cc): a causal mask built from iota and a constant fill take the
+// fragments' layout because every user takes them there; the masked scores' row maximum is per
+// fragment row; a column sum and a store take the blocked layout (converted where used, not
+// listed). A dot result that starts a loop carry which the body transposes: the carry is
+// blocked (the fixed point), while the same value read by every iteration stays in fragments.
+TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
+  const int64_t M = 64, N = 64, K = 32;
+  auto causal = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o, pl::Ref rowmax, pl::Ref colsum) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+        pl::Value row = pl::iota(pl::i32, {M, N}, 0) + 8;  // separate statements: a fixed trace order
+        pl::Value col = pl::iota(pl::i32, {M, N}, 1);
+        pl::Value mask = row >= col;
+        pl::Value fill = pl::full({M, N}, -1e30f);
+        pl::Value sm = pl::where(mask, s, fill);
+        o[pl::all] = sm;
+        rowmax[pl::all] = pl::max(sm, {1});
+        colsum[pl::all] = pl::sum(s, {0});
+      },
+      {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({M}, pl::f32), pl::ShapeDtype({N}, pl::f32)});
+  causal.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, N}, pl::bf16)});
+  const std::string mma = "mma [64, 64] (1 tile(s) of 64 x 64 over 1 warpgroup(s))";
+  EXPECT_EQ(pallas::cuda::lower(causal.state()->get_traced(), "sm_90a").values_text,
+            "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
+            "  dot f32[64,64]: " + mma + "\n"
+            "  iota i32[64,64]: " + mma + "\n"
+            "  add i32[64,64]: " + mma + "\n"
+            "  iota i32[64,64]: " + mma + "\n"
+            "  ge bool[64,64]: " + mma + "\n"
+            "  broadcast_in_dim f32[64,64]: " + mma + "\n"
+            "  select_n f32[64,64]: " + mma + "\n"
+            "  reduce_max f32[64]: rows [64] (1 tile(s) of 64 rows over 1 warpgroup(s))\n");
+  auto carry = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+        o[pl::all] = pl::fori_loop(0, 3, s, [&](pl::Value, pl::Value c) { return pl::transpose(c + s * 0.5f, {1, 0}); });
+      },
+      pl::ShapeDtype({M, M}, pl::f32));
+  carry.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, M}, pl::bf16)});
+  EXPECT_EQ(pallas::cuda::lower(carry.state()->get_traced(), "sm_90a").values_text,
+            "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
+            "  dot f32[64,64]: " + mma + "\n"
+            "  fori_loop:\n"
+            "    mul f32[64,64]: " + mma + "\n"
+            "    add f32[64,64]: " + mma + "\n");
+}
+
 }  // namespace
 #endif

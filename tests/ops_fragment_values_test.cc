@@ -170,5 +170,30 @@ TEST(FragmentValues, OnlineSoftmaxLoopCarriesRowStatistics) {
   }
 }
 
+// One dot result both starts a loop carry and is read by every iteration: the carry goes
+// through a transpose (so it is blocked) while the loop-invariant value stays in fragments.
+TEST(FragmentValues, ValueUsedAsLoopCarryAndLoopInvariant) {
+  const int64_t M = 64, K = 32;
+  auto av = with_edges(uniform(M * K, 71, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * M, 72, -1, 1), pl::bf16, false);
+  auto call = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+        o[pl::all] = pl::fori_loop(0, 3, s, [&](pl::Value, pl::Value c) { return pl::transpose(c + s * 0.5f, {1, 0}); });
+      },
+      pl::ShapeDtype({M, M}, pl::f32), {.name = "carry_and_invariant"});
+  pl::Array out = call(make_array(av, {M, K}, pl::bf16), make_array(bv, {K, M}, pl::bf16));
+  std::vector<double> s(static_cast<size_t>(M * M));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < M; ++j)
+      for (int64_t p = 0; p < K; ++p) s[i * M + j] += av[i * K + p] * bv[p * M + j];
+  std::vector<double> c(s), n(s.size());
+  for (int it = 0; it < 3; ++it) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < M; ++j) n[j * M + i] = c[i * M + j] + s[i * M + j] * 0.5;
+    c.swap(n);
+  }
+  EXPECT_TRUE(close(to_doubles(out), c, 1e-5, false));
+}
+
 }  // namespace
 }  // namespace pt

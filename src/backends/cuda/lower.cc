@@ -176,14 +176,17 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
     const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
     if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
     // Operands held in another layout than the rule takes them in are converted first; the
-    // rule sees the converted copy under the operand's own var.
+    // rule sees the converted copy under the operand's own var (one layout per var: when an
+    // eqn takes a var twice in two layouts, the last conversion serves both). fori_loop
+    // converts its initial carries itself: the same var may also be a loop-invariant operand,
+    // which the body takes as it is.
     std::vector<std::pair<int64_t, std::pair<std::string, ValueLayout>>> saved;
-    for (size_t i = 0; i < e.in.size(); ++i) {
+    for (size_t i = 0; i < e.in.size() && e.prim->id != ir::PrimId::fori_loop; ++i) {
       auto* v = std::get_if<ir::Var>(&e.in[i]);
       if (!v || v->aval.is_ref || scalar_like(v->aval)) continue;
       ValueLayout want = operand_layout(*this, e, i, of), have = layout_of(*v);
       if (want == have) continue;
-      std::string n = as_layout(*v, want);
+      std::string n = as_layout(*v, want, /*reuse=*/true);
       saved.push_back({v->id, {names.at(v->id), have}});
       names[v->id] = n;
       if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);

@@ -123,8 +123,9 @@ class Emitter {
   void foreach_in(const ValueLayout& L, const Shape& s, const std::function<void()>& f);
   void foreach_value(const ir::Var& v, const std::function<void()>& f) { foreach_in(layout_of(v), v.aval.shape, f); }
   // The C name of `a` in layout `want`: its own name, or a converted copy (through shared
-  // memory; emitted once per scope and value).
-  std::string as_layout(const ir::Atom& a, const ValueLayout& want);
+  // memory). `reuse`: the copy is remembered for the rest of the current emit_eqns scope (only
+  // for code emitted at that scope's level, not inside braces a rule opens).
+  std::string as_layout(const ir::Atom& a, const ValueLayout& want, bool reuse = false);
   // Emits `for each element this thread holds of a tile of shape s` with k (slot) and e (flat
   // index) in scope; for one-element shapes the body runs once with k = 0, e = 0.
   void foreach(const Shape& s, const std::function<void()>& f);

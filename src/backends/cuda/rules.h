@@ -39,7 +39,9 @@ struct FragmentCarry {
   std::string frag;              // the fragments' C name
 };
 std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t carry);
-void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init);  // fills fc.frag (the loop output)
+// Fills fc.frag (the loop output) from `init`, the initial value's C name in the carry's
+// layout (a scalar when `scalar`).
+void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const std::string& init, bool scalar);
 void end_fragment_carry(Emitter& E, const FragmentCarry& fc);
 // The Mma layout of a dot's result when it takes the tensor cores (else nullopt).
 std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot);

@@ -40,12 +40,13 @@ void fori(Emitter& E, const ir::Eqn& e) {
   std::vector<std::optional<FragmentCarry>> frag(nc);
   for (size_t c = 0; c < nc; ++c) {
     E.declare(e.out[c]);  // in the carry's layout (value_layout.cc)
+    std::string init = E.as_layout(e.in[2 + c], E.layout_of(e.out[c]));
     if ((frag[c] = plan_fragment_carry(E, body, c))) {
       frag[c]->frag = E.name(e.out[c]);
-      begin_fragment_carry(E, *frag[c], e.in[2 + c]);
+      begin_fragment_carry(E, *frag[c], init, Emitter::scalar_like(e.out[c].aval));
       continue;
     }
-    copy(E, E.name(e.out[c]), e.out[c], E.name(e.in[2 + c]));
+    copy(E, E.name(e.out[c]), e.out[c], init);
   }
   for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   // loads that feed tensor-core dots go to shared memory stages ahead of use (pipeline.h)

@@ -1,17 +1,14 @@
-// The lowering of pl::dot. Both operands go to the shared-memory exchange region (transposes
-// are read in place). Then:
-//  - tensor cores (mma.sync, sm_80 and later): bf16 and f16 (m16n8k16, f32 accumulate), f32
-//    rounded to tf32 as the interpreter rounds it (m16n8k8), i8 (m16n8k32, i32 accumulate,
-//    exact). The operands are written to shared tiles with K contiguous and a padded row
-//    stride (mma_tiles), so each fragment register is one 32-bit load without bank conflicts.
-//    Each warp takes output tiles of 16 rows x 8*NS columns in turn, accumulates them in MMA
-//    fragments over K, and writes them to a shared f32/i32 tile, which the blocked layout
-//    reads back. Shapes that do not fill an MMA tile are padded with zeros.
-//  - SIMT otherwise (f64, other integers, Precision::Highest f32): each thread computes the
-//    output elements it holds with a rolled K loop.
-// A fori carry that only accumulates such dots stays in MMA fragments for the whole loop
-// (plan_fragment_carry). Not built yet (issue 8): wgmma, ldmatrix and swizzled operands,
-// fragments for other values (general layout propagation), pipelining.
+// The lowering of pl::dot (docs/design.md, "dot"):
+//  - wgmma (sm_90a, 64 rows or more, whole warpgroups): operands in 128-byte-swizzled shared
+//    tiles — from the loop pipeliner's stage buffers, a resident tile, or written here from
+//    registers — or A from registers when it is held in a compatible accumulator layout;
+//  - mma.sync (sm_80 and later, and small dots): bf16/f16 (m16n8k16), f32 rounded to tf32 as
+//    the interpreter rounds it (m16n8k8), i8 (m16n8k32, exact), from K-contiguous shared tiles
+//    with a padded row stride (mma_tiles: one conflict-free 32-bit load per register);
+//  - SIMT otherwise (f64, other integers, Precision::Highest f32): a rolled K loop per element.
+// The result stays in its accumulator fragments, the Mma value layout (value_layout.h); a
+// fori carry that only accumulates such dots keeps them for the whole loop
+// (plan_fragment_carry). Shapes that do not fill an MMA tile are padded with zeros.
 #include "src/backends/cuda/rules.h"
 
 #include <algorithm>
@@ -584,10 +581,10 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
 }
 
 // The carry's fragments are the loop output's storage (its layout is the dot's, value_layout.h);
-// the initial value arrives in that layout too (emit_eqns converts it).
-void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const ir::Atom& init) {
+// `init` names the initial value in that layout (or a scalar).
+void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const std::string& init, bool scalar) {
   E.line("for (int k = 0; k < " + std::to_string(dot_result_layout(E, *fc.dot)->slots()) + "; ++k) " + fc.frag + "[k] = " +
-         (Emitter::scalar_like(ir::atom_aval(init)) ? E.name(init) : E.name(init) + "[k]") + ";");
+         (scalar ? init : init + "[k]") + ";");
   E.dot_into_fragments[fc.dot] = fc.frag;
   E.absorbed.insert(fc.add);
   if (fc.scale_mul) {

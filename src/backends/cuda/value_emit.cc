@@ -79,7 +79,7 @@ void Emitter::foreach_fragments(const ValueLayout& L, const std::function<void()
 // Any layout to any other: the value goes to shared memory row-major (put_shared writes from
 // any layout by the flat index), each thread reads its slots of the other layout back. A
 // value that is one scalar broadcast is filled in directly.
-std::string Emitter::as_layout(const ir::Atom& a, const ValueLayout& want) {
+std::string Emitter::as_layout(const ir::Atom& a, const ValueLayout& want, bool reuse) {
   if (layout_of(a) == want || scalar_like(ir::atom_aval(a))) return name(a);
   const ir::Var& v = std::get<ir::Var>(a);
   std::string key = std::to_string(v.id) + " " + want.str();
@@ -97,7 +97,7 @@ std::string Emitter::as_layout(const ir::Atom& a, const ValueLayout& want) {
     foreach_in(want, v.aval.shape, [&] { line(n + "[k] = " + xs + "[e];"); });
     sync();
   }
-  if (!conversions_.empty()) conversions_.back()[key] = n;
+  if (reuse && !conversions_.empty()) conversions_.back()[key] = n;
   return n;
 }
 

@@ -78,7 +78,10 @@ struct Assign {
           if (Emitter::scalar_like(ir::atom_aval(x))) continue;
           any = true;
           if (is_flex(x)) {
-            if (auto& n = flex.at(std::get<ir::Var>(x).id)) need = n;
+            if (auto& n = flex.at(std::get<ir::Var>(x).id)) {
+              if (need && !(*need == *n)) all_flex = false;  // rows of two grids: not both
+              need = n;
+            }
             continue;
           }
           all_flex = false;
@@ -258,8 +261,9 @@ ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const s
       return i == 0 && wgmma_a_from_registers(E, e, mine) ? mine : ValueLayout{};
     case PrimId::fori_loop: {
       size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
-      if (i >= 2 && i < 2 + nc) return of(e.out[i - 2]);  // an initial carry: the carry's layout
-      return mine;                                         // loop-invariant: as it is
+      // an initial carry: the carry's layout (the fori rule converts it); loop-invariant: as it is
+      if (i >= 2 && i < 2 + nc) return of(e.out[i - 2]);
+      return mine;
     }
     default: return {};
   }
