@@ -2,6 +2,7 @@
 // prints for a kernel, i.e. the vector width it picks and why each access is or is not
 // vectorised. No GPU needed; the kernels' results on the GPU are checked by the GPU half of
 // the suite and by CudaLowering.RowReductionsInEveryLayout.
+#include <sstream>
 #include <gtest/gtest.h>
 
 #include <pallas/kernels.h>
@@ -278,6 +279,32 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
             "  fori_loop:\n"
             "    mul f32[64,64]: " + mma + "\n"
             "    add f32[64,64]: " + mma + "\n");
+}
+
+// Every eqn's code in the generated .cu starts with the eqn as the jaxpr printer writes it
+// (the same names as Call::jaxpr_text), so a line of an NVRTC error or a profiler's source
+// view leads back to the op; an eqn holding a loop body is cut at the body.
+TEST(CudaLayout, GeneratedCodeNamesEachEquation) {
+  auto k = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::Value v = pl::exp(x[pl::all]) * 2.f;
+        o[pl::all] = pl::fori_loop(0, 2, v, [](pl::Value, pl::Value c) { return c + 1.f; });
+      },
+      pl::ShapeDtype({128}, pl::f32));
+  k.trace({pl::ShapeDtype({128}, pl::f32)});
+  std::string src = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").source;
+  std::string ir = k.jaxpr_text();
+  int seen = 0;
+  std::istringstream lines(ir.substr(ir.find("kernel={")));
+  for (std::string l; std::getline(lines, l);) {
+    size_t eq = l.find(" = ");
+    if (eq == std::string::npos || l.find("lambda") != std::string::npos) continue;
+    std::string text = l.substr(l.find_first_not_of(' '));
+    if (text.find("fori_loop[") != std::string::npos) text = text.substr(0, text.find("body=") + 5) + " ...";
+    EXPECT_NE(src.find("// " + text + "\n"), std::string::npos) << text;
+    ++seen;
+  }
+  EXPECT_GE(seen, 5) << ir;  // load, exp, mul, fori_loop, add (the store has no " = ")
 }
 
 }  // namespace

@@ -111,6 +111,8 @@ struct Printer {
   std::ostringstream os;
   std::unordered_map<int64_t, std::string> names;
   int64_t counter = 0;
+  // When set: each eqn's line as printed (its first line, for eqns holding sub-jaxprs).
+  std::unordered_map<const Eqn*, std::string>* lines = nullptr;
 
   const std::string& name(const Var& v) {
     auto it = names.find(v.id);
@@ -165,6 +167,7 @@ struct Printer {
     Printer p;  // sub-jaxprs are closed: their own names, but share the counter for readability
     p.counter = counter;
     p.names = names;
+    p.lines = lines;
     std::string s = p.jaxpr(j, indent);
     counter = p.counter;
     return s;
@@ -176,9 +179,9 @@ struct Printer {
     for (auto& v : j.invars) o << " " << name(v) << ":" << v.aval.str();
     o << ". let\n";
     for (auto& e : j.eqns) {
-      o << pad << "    ";
-      for (size_t k = 0; k < e.out.size(); ++k) o << (k ? " " : "") << name(e.out[k]) << ":" << e.out[k].aval.str();
-      o << (e.out.empty() ? "" : " = ") << e.prim->name;
+      std::ostringstream l;
+      for (size_t k = 0; k < e.out.size(); ++k) l << (k ? " " : "") << name(e.out[k]) << ":" << e.out[k].aval.str();
+      l << (e.out.empty() ? "" : " = ") << e.prim->name;
       bool first = true;
       std::string ps;
       for (auto& [k, v] : e.params.items) {
@@ -186,9 +189,11 @@ struct Printer {
         ps += (first ? "" : ", ") + k + "=" + param(k, v, &e, indent + 4);
         first = false;
       }
-      if (!ps.empty()) o << "[" << ps << "]";
-      for (auto& a : e.in) o << " " << atom(a);
-      o << "\n";
+      if (!ps.empty()) l << "[" << ps << "]";
+      for (auto& a : e.in) l << " " << atom(a);
+      std::string line = l.str();
+      if (lines) (*lines)[&e] = line.find('\n') == std::string::npos ? line : line.substr(0, line.find('\n')) + " ...";
+      o << pad << "    " << line << "\n";
     }
     o << pad << "  in (";
     for (size_t k = 0; k < j.outvars.size(); ++k) o << (k ? ", " : "") << atom(j.outvars[k]);
@@ -231,6 +236,14 @@ std::string param_text(const ParamValue& v) {
 std::string to_text(const Jaxpr& j) {
   Printer p;
   return p.jaxpr(j, 0);
+}
+
+std::unordered_map<const Eqn*, std::string> eqn_lines(const Jaxpr& j) {
+  std::unordered_map<const Eqn*, std::string> lines;
+  Printer p;
+  p.lines = &lines;
+  p.jaxpr(j, 0);
+  return lines;
 }
 
 uint64_t hash_text(const std::string& s, uint64_t h) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -169,6 +170,10 @@ struct Jaxpr {
 
 // ---- printer, verifier, hash (ir.cc) ----
 std::string to_text(const Jaxpr& j);
+// Each eqn of j (and of its sub-jaxprs) as to_text prints it, with the same names: one line
+// (an eqn holding sub-jaxprs: up to its first sub-jaxpr). The CUDA backend's generated code
+// carries them as comments.
+std::unordered_map<const Eqn*, std::string> eqn_lines(const Jaxpr& j);
 std::string param_text(const ParamValue& v);
 // Checks SSA (every use defined before) and re-runs abstract eval on every equation.
 void verify(const Jaxpr& j, const std::string& what);

@@ -192,6 +192,8 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
       else value_layouts[v->id] = want;
     }
+    if (eqn_text)
+      if (auto t = eqn_text->find(&e); t != eqn_text->end()) line("// " + t->second);
     r(*this, e);
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
       names[it->first] = it->second.first;
@@ -234,6 +236,8 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   ValueLayouts values = assign_value_layouts(E, *call.kernel);
   E.value_layouts = values.of;
   L.values_text = values.text;
+  std::unordered_map<const ir::Eqn*, std::string> eqn_text = ir::eqn_lines(*call.kernel);
+  E.eqn_text = &eqn_text;
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;

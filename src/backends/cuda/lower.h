@@ -99,6 +99,10 @@ class Emitter {
   bool operand_tiles_fenced = false;
   int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
   std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
+  // The kernel's eqns as the jaxpr printer writes them: each one's code starts with it as a
+  // comment, so a line of the generated .cu (an NVRTC error, a profiler's source view) leads
+  // to the op in the kernel's IR (PallasCall::debug prints it, with the call's source line).
+  const std::unordered_map<const ir::Eqn*, std::string>* eqn_text = nullptr;
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
   bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
 
