@@ -2,14 +2,17 @@
 // prints for a kernel, i.e. the vector width it picks and why each access is or is not
 // vectorised. No GPU needed; the kernels' results on the GPU are checked by the GPU half of
 // the suite and by CudaLowering.RowReductionsInEveryLayout.
-#include <sstream>
 #include <gtest/gtest.h>
+
+#include <sstream>
 
 #include <pallas/kernels.h>
 #include <pallas/pallas.h>
 
 #include "src/core/pallas_call.h"
 #ifdef PALLAS_TEST_HAVE_CUDA
+#include <nvrtc.h>
+
 #include "src/backends/cuda/layout.h"
 #include "src/backends/cuda/lower.h"
 
@@ -305,6 +308,59 @@ TEST(CudaLayout, GeneratedCodeNamesEachEquation) {
     ++seen;
   }
   EXPECT_GE(seen, 5) << ir;  // load, exp, mul, fori_loop, add (the store has no " = ")
+}
+
+// ptxas serialises every wgmma of a kernel (its info C7514, a 10–15% loss measured on the
+// H200) when it sees a non-wgmma instruction read an accumulator inside the wgmma pipeline;
+// after the loop, a conversion of the accumulators to f16/bf16 (a K loop stored as is) did, until
+// the wait got a register fence (fence_fragments). The K loops of cuda_bench and attention,
+// compiled by NVRTC with ptxas' report: no serialisation.
+TEST(CudaLayout, WgmmaLoopsAreNotSerialised) {
+  auto report = [](pl::Call& call) {
+    pallas::cuda::Lowered L = pallas::cuda::lower(call.state()->get_traced(), "sm_90a");
+    nvrtcProgram prog;
+    EXPECT_EQ(nvrtcCreateProgram(&prog, L.source.c_str(), "k.cu", 0, nullptr, nullptr), NVRTC_SUCCESS);
+    const char* opts[] = {"--gpu-architecture=sm_90a", "-std=c++17", "-default-device", "-diag-suppress=177,550", "--ptxas-options=-v"};
+    EXPECT_EQ(nvrtcCompileProgram(prog, 5, opts), NVRTC_SUCCESS);
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    std::string log(n, '\0');
+    if (n) nvrtcGetProgramLog(prog, log.data());
+    nvrtcDestroyProgram(&prog);
+    return log;
+  };
+  const int64_t n = 512, bm = 128, bn = 128, bk = 64;
+  for (int variant = 0; variant < 3; ++variant) {  // f16 stored as is, x W^T in bf16, bias + relu
+    SCOPED_TRACE(variant);
+    bool tb = variant == 1, epi = variant == 2;
+    pl::DType t = variant == 0 ? pl::f16 : pl::bf16;
+    auto call = pl::pallas_call(
+        [=](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o) {
+          pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn})), [&](pl::Value k, pl::Value acc) {
+            pl::Value y = tb ? b(pl::all, pl::ds(k * bk, bk)) : b(pl::ds(k * bk, bk), pl::all);
+            return acc + pl::dot(a(pl::all, pl::ds(k * bk, bk)), y, {.trans_b = tb});
+          });
+          if (epi) acc = pl::maximum(acc + bias[pl::all].astype(pl::f32), 0.f);
+          o[pl::all] = acc.astype(t);
+        },
+        pl::ShapeDtype({n, n}, t),
+        {.grid = {n / bm, n / bn},
+         .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
+                      tb ? pl::BlockSpec({bn, n}, [](pl::Value, pl::Value j) { return pl::idx(j, 0); })
+                         : pl::BlockSpec({n, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); }),
+                      pl::BlockSpec({1, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
+         .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+         .compiler_params = {.num_warps = 8}});
+    call.trace({pl::ShapeDtype({n, n}, t), pl::ShapeDtype({n, n}, t), pl::ShapeDtype({1, n}, t)});
+    std::string log = report(call);
+    EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
+    EXPECT_NE(log.find("Used "), std::string::npos) << log;  // the report is there
+  }
+  pl::Call att = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
+  pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
+  att.trace({s, s, s});
+  std::string log = report(att);
+  EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
 }
 
 }  // namespace

@@ -225,6 +225,8 @@ void end_pipeline(Emitter& E, const LoopPipeline& p) {
   E.operand_tiles_fenced = p.saved_fenced;
   if (p.dot_in_flight) {
     E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+    const ValueLayout L = *dot_result_layout(E, *p.dot_in_flight);
+    fence_fragments(E, E.dot_into_fragments.at(p.dot_in_flight), L.slots(), p.dot_in_flight->out[0].aval.dtype != DType::I32);
     E.wgmma_in_flight = nullptr;
   }
   E.line("cp_async_wait<0>();");
