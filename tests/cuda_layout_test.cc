@@ -363,5 +363,22 @@ TEST(CudaLayout, WgmmaLoopsAreNotSerialised) {
   EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
 }
 
+// PALLAS_PTXAS_REPORT=1 prints ptxas' report of each kernel compiled, named, on stderr.
+TEST(CudaLayout, PtxasReportOnRequest) {
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sqrt(x[pl::all]) * 3.f + 0.25f; }, pl::ShapeDtype({96}, pl::f32),
+                           {.name = "ptxas_report"});
+  k.trace({pl::ShapeDtype({96}, pl::f32)});
+  const char* had_no_disk = std::getenv("PALLAS_NO_DISK_CACHE");  // a cached cubin is not compiled
+  setenv("PALLAS_PTXAS_REPORT", "1", 1);
+  if (!had_no_disk) setenv("PALLAS_NO_DISK_CACHE", "1", 1);
+  testing::internal::CaptureStderr();
+  k.compile_for("sm_90a");
+  std::string err = testing::internal::GetCapturedStderr();
+  unsetenv("PALLAS_PTXAS_REPORT");
+  if (!had_no_disk) unsetenv("PALLAS_NO_DISK_CACHE");
+  EXPECT_NE(err.find("pallas_ptxas_report_"), std::string::npos) << err;
+  EXPECT_NE(err.find("Used "), std::string::npos) << err;
+}
+
 }  // namespace
 #endif

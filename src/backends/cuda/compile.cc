@@ -181,12 +181,16 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     nvrtcProgram prog;
     check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), call.what + ": NVRTC");
     std::string archopt = "--gpu-architecture=" + arch;
-    const char* opts[] = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550"};
-    nvrtcResult r = nvrtcCompileProgram(prog, 4, opts);
+    // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
+    // performance notes such as wgmma serialisation) on stderr.
+    bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
+    const char* opts[] = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550", "--ptxas-options=-v"};
+    nvrtcResult r = nvrtcCompileProgram(prog, report ? 5 : 4, opts);
     size_t n = 0;
     nvrtcGetProgramLogSize(prog, &n);
     std::string log(n, '\0');
     if (n) nvrtcGetProgramLog(prog, log.data());
+    if (report && r == NVRTC_SUCCESS) std::fprintf(stderr, "%s (%s, %s):\n%s\n", L.name.c_str(), call.what.c_str(), arch.c_str(), log.c_str());
     if (r != NVRTC_SUCCESS) {
       nvrtcDestroyProgram(&prog);
       if (!dump_dir.empty()) dump(L, "", dump_dir);
