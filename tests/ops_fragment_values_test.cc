@@ -195,5 +195,44 @@ TEST(FragmentValues, ValueUsedAsLoopCarryAndLoopInvariant) {
   EXPECT_TRUE(close(to_doubles(out), c, 1e-5, false));
 }
 
+// Dots inside a cond's branches and a while loop's body: their results and row statistics live
+// in fragments inside, and leave through the blocked layout the branch and loop outputs take.
+TEST(FragmentValues, DotsInsideCondAndWhile) {
+  const int64_t M = 64, K = 32;
+  auto av = with_edges(uniform(M * K, 81, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * M, 82, -1, 1), pl::bf16, false);
+  for (int flag : {0, 1}) {
+    SCOPED_TRACE(flag);
+    auto call = pl::pallas_call(
+        [=](pl::Ref a, pl::Ref b, pl::Ref f, pl::Ref o, pl::Ref rows) {
+          pl::Value pred = f[0] > 0;
+          o[pl::all] = pl::cond(
+              pred, [&] { return pl::dot(a[pl::all], b[pl::all]) * 2.f; },
+              [&] { return pl::dot(a[pl::all], b[pl::all]) - pl::expand_dims(pl::max(pl::dot(a[pl::all], b[pl::all]), {1}), 1); });
+          // a while loop whose body takes row maxima of a dot: 3 iterations
+          auto res = pl::while_loop(
+              std::vector<pl::Value>{pl::Value(0), pl::zeros({M})}, [](const std::vector<pl::Value>& c) { return c[0] < 3; },
+              [&](const std::vector<pl::Value>& c) -> std::vector<pl::Value> {
+                pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+                return {c[0] + 1, c[1] + pl::max(s, {1}) * 0.5f};
+              });
+          rows[pl::all] = res[1];
+        },
+        {pl::ShapeDtype({M, M}, pl::f32), pl::ShapeDtype({M}, pl::f32)}, {.name = "dots_in_branches"});
+    auto outs = call({make_array(av, {M, K}, pl::bf16), make_array(bv, {K, M}, pl::bf16), make_array({double(flag)}, {1}, pl::i32)});
+    std::vector<double> s(static_cast<size_t>(M * M)), want(s.size()), rows(static_cast<size_t>(M), 0.0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < M; ++j)
+        for (int64_t p = 0; p < K; ++p) s[i * M + j] += av[i * K + p] * bv[p * M + j];
+    for (int64_t i = 0; i < M; ++i) {
+      double mx = -INFINITY;
+      for (int64_t j = 0; j < M; ++j) mx = std::max(mx, s[i * M + j]);
+      for (int64_t j = 0; j < M; ++j) want[i * M + j] = flag ? s[i * M + j] * 2 : s[i * M + j] - mx;
+      rows[i] = mx * 1.5;
+    }
+    EXPECT_TRUE(close(to_doubles(outs[0]), want, 1e-5, false));
+    EXPECT_TRUE(close(to_doubles(outs[1]), rows, 1e-5, false));
+  }
+}
+
 }  // namespace
 }  // namespace pt

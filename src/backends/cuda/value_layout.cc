@@ -230,6 +230,23 @@ struct Assign {
           if (lay.count(e.out[c].id)) text << ind << "  carry " << c << " " << e.out[c].aval.str() << ": " << lay.at(e.out[c].id).str() << "\n";
         continue;
       }
+      if (e.prim->id == PrimId::cond || e.prim->id == PrimId::while_loop) {  // blocked outputs; their insides
+        std::vector<ir::JaxprPtr> subs;
+        if (e.prim->id == PrimId::cond) subs = e.params.get<std::vector<ir::JaxprPtr>>("branches");
+        else subs = {e.params.get<ir::JaxprPtr>("cond_jaxpr"), e.params.get<ir::JaxprPtr>("body_jaxpr")};
+        for (size_t k = 0; k < subs.size(); ++k) {
+          size_t at = static_cast<size_t>(text.tellp());
+          text << ind << e.prim->name << (e.prim->id == PrimId::cond ? " branch " + std::to_string(k) : k ? " body" : " cond") << ":\n";
+          size_t head = static_cast<size_t>(text.tellp());
+          dump(*subs[k], depth + 1);
+          if (static_cast<size_t>(text.tellp()) == head) {  // nothing inside: no heading
+            std::string t = text.str().substr(0, at);
+            text.str(t);
+            text.seekp(0, std::ios_base::end);
+          }
+        }
+        continue;
+      }
       for (const ir::Var& o : e.out)
         if (lay.count(o.id))
           text << ind << e.prim->name << " " << o.aval.str() << ": " << lay.at(o.id).str() << (absorbed.count(&e) ? " (absorbed)" : "") << "\n";
