@@ -320,7 +320,8 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     return;
   }
   E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-  fence_fragments(E, frag, q.TPW * q.NS * 4, t != DType::I8);
+  // (a fragment carry is read only after the loop, past its last wait: no fence needed)
+  if (!E.dot_into_fragments.count(&e)) fence_fragments(E, frag, q.TPW * q.NS * 4, t != DType::I8);
   if (!put.empty() || !E.operand_tiles_fenced) E.sync();  // the operand tiles are read until here
 }
 
