@@ -145,8 +145,8 @@ ValueLayout mma_layout(const DotShape& d, const MmaGrid& q) {
   return L;
 }
 
-// Emits `for each fragment register of this thread inside M x N` (Emitter::foreach_layout:
-// k the flat slot, i, j the element, rk the slot of its row in a Rows value).
+// Emits `for each fragment register of this thread inside M x N` (Emitter::foreach_in: k the
+// flat slot, i, j the element, rk the slot of its row in a Rows value).
 void foreach_fragment(Emitter& E, const DotShape& d, const MmaGrid& q, const std::function<void()>& body) {
   E.foreach_in(mma_layout(d, q), {d.M, d.N}, body);
 }
@@ -187,7 +187,8 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // The wait asm has no data dependence on the accumulators: each register gets a definition
 // after it (x + -0.0, exact for every value), so no read moves above it. Without it, ptxas
 // serialises every wgmma of the kernel (C7514) when the first use of the accumulators is a
-// conversion to f16/bf16 (a K loop whose result is stored as is: -15% on the H200).
+// conversion to f16/bf16 (a K loop whose result is stored as is; the likely cause of the
+// 10–15% drop of such matmuls measured on the H200, docs/benchmarks.md).
 void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float) {
   std::string op = is_float ? "add.f32 %0, %0, 0f80000000;" : "mov.b32 %0, %0;";
   E.line("#pragma unroll");
