@@ -234,5 +234,35 @@ TEST(FragmentValues, DotsInsideCondAndWhile) {
   }
 }
 
+// Two carries that swap every iteration, one starting in fragments and one blocked: their
+// layouts would alternate, so the pass's fixed point gives up after a few rounds and keeps
+// both blocked (the loop still computes what the interpreter computes).
+TEST(FragmentValues, LoopCarriesThatSwapLayouts) {
+  const int64_t M = 64, K = 32;
+  auto av = with_edges(uniform(M * K, 91, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * M, 92, -1, 1), pl::bf16, false);
+  auto tv = uniform(M * M, 93, -1, 1);
+  auto call = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref t, pl::Ref o0, pl::Ref o1) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+        auto res = pl::fori_loop(0, 3, {s, t[pl::all]}, [](pl::Value, std::vector<pl::Value> c) -> std::vector<pl::Value> { return {c[1], c[0] * 2.f}; });
+        o0[pl::all] = res[0];
+        o1[pl::all] = res[1];
+      },
+      {pl::ShapeDtype({M, M}, pl::f32), pl::ShapeDtype({M, M}, pl::f32)}, {.name = "swapping_carries"});
+  auto outs = call({make_array(av, {M, K}, pl::bf16), make_array(bv, {K, M}, pl::bf16), make_array(tv, {M, M}, pl::f32)});
+  std::vector<double> c0(static_cast<size_t>(M * M)), c1(tv);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < M; ++j)
+      for (int64_t p = 0; p < K; ++p) c0[i * M + j] += av[i * K + p] * bv[p * M + j];
+  for (int it = 0; it < 3; ++it) {
+    std::vector<double> n1(c0);
+    for (auto& x : n1) x *= 2;
+    c0.swap(c1);  // c0 <- c1
+    c1.swap(n1);  // c1 <- 2 * old c0
+  }
+  EXPECT_TRUE(close(to_doubles(outs[0]), c0, 1e-5, false));
+  EXPECT_TRUE(close(to_doubles(outs[1]), c1, 1e-5, false));
+}
+
 }  // namespace
 }  // namespace pt

@@ -219,15 +219,23 @@ struct Assign {
     }
   }
 
+  void drop_from(size_t at) {  // removes the text written since `at`
+    std::string t = text.str().substr(0, at);
+    text.str(t);
+    text.seekp(0, std::ios_base::end);
+  }
   void dump(const ir::Jaxpr& j, int depth) {
     std::string ind(static_cast<size_t>(depth) * 2, ' ');
     for (const ir::Eqn& e : j.eqns) {
       if (e.prim->id == PrimId::fori_loop) {
         const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+        size_t at = static_cast<size_t>(text.tellp());
         text << ind << "fori_loop:\n";
+        size_t head = static_cast<size_t>(text.tellp());
         dump(body, depth + 1);
         for (size_t c = 0; c < e.out.size(); ++c)
           if (lay.count(e.out[c].id)) text << ind << "  carry " << c << " " << e.out[c].aval.str() << ": " << lay.at(e.out[c].id).str() << "\n";
+        if (static_cast<size_t>(text.tellp()) == head) drop_from(at);  // nothing inside: no heading
         continue;
       }
       if (e.prim->id == PrimId::cond || e.prim->id == PrimId::while_loop) {  // blocked outputs; their insides
@@ -239,11 +247,7 @@ struct Assign {
           text << ind << e.prim->name << (e.prim->id == PrimId::cond ? " branch " + std::to_string(k) : k ? " body" : " cond") << ":\n";
           size_t head = static_cast<size_t>(text.tellp());
           dump(*subs[k], depth + 1);
-          if (static_cast<size_t>(text.tellp()) == head) {  // nothing inside: no heading
-            std::string t = text.str().substr(0, at);
-            text.str(t);
-            text.seekp(0, std::ios_base::end);
-          }
+          if (static_cast<size_t>(text.tellp()) == head) drop_from(at);  // nothing inside: no heading
         }
         continue;
       }
