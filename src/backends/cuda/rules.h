@@ -12,6 +12,9 @@ void register_dot_rules(ir::RuleTable<LowerRule>& t);     // dot: tensor cores (
 void register_memory_rules(ir::RuleTable<LowerRule>& t);
 void register_control_rules(ir::RuleTable<LowerRule>& t);  // loops, cond, grid queries, print, check
 
+// Whether values of compute type T (compute_type) move by warp shuffles: 4- and 8-byte types.
+inline bool shuffles(const std::string& T) { return T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64"; }
+
 // Where each var of a loop body is defined and how often it is used (by its eqns and outputs):
 // the loop plans (fragment carries, the pipeliner) look for single-use chains with it.
 struct BodyUses {

@@ -26,7 +26,6 @@ std::string combine(PrimId id, const std::string& T, const std::string& a, const
   }
 }
 
-bool shuffles(const std::string& T) { return T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64"; }
 
 // Reduction over the trailing axes (rows of L elements, R rows) without a serial loop per
 // output: each thread combines the elements it holds of a row, the threads of a row combine

@@ -28,10 +28,10 @@ bool fits(const ValueLayout& L, const Shape& s) {
   if (L.kind == ValueLayout::Rows) return per_row_shape(s, L.M);
   return true;
 }
-// Row reductions of an Mma value shuffle their partials within a quad: 4- and 8-byte types.
-bool shuffles(DType t) {
-  std::string T = compute_type(t);
-  return T == "float" || T == "double" || T == "i32" || T == "u32" || T == "i64" || T == "u64";
+// The jaxprs of a cond (its branches) or a while loop (its condition, then its body).
+std::vector<ir::JaxprPtr> control_jaxprs(const ir::Eqn& e) {
+  if (e.prim->id == PrimId::cond) return e.params.get<std::vector<ir::JaxprPtr>>("branches");
+  return {e.params.get<ir::JaxprPtr>("cond_jaxpr"), e.params.get<ir::JaxprPtr>("body_jaxpr")};
 }
 
 struct Assign {
@@ -121,7 +121,7 @@ struct Assign {
           ValueLayout L = of(e.in[0]);
           auto axes = e.params.get<std::vector<int64_t>>("axes");
           bool last = axes.size() == 1 && (axes[0] == 1 || axes[0] == -1);
-          if (L.kind == ValueLayout::Mma && L.grid.TN == 1 && last && shuffles(ir::atom_aval(e.in[0]).dtype)) set(o, ValueLayout::rows_of(L));
+          if (L.kind == ValueLayout::Mma && L.grid.TN == 1 && last && shuffles(compute_type(ir::atom_aval(e.in[0]).dtype))) set(o, ValueLayout::rows_of(L));
           break;
         }
         case PrimId::dot:
@@ -135,10 +135,7 @@ struct Assign {
   // Loops and branches other than fori take and give blocked values; their bodies are assigned
   // on their own.
   void nested(const ir::Eqn& e) {
-    std::vector<ir::JaxprPtr> subs;
-    if (e.prim->id == PrimId::cond) subs = e.params.get<std::vector<ir::JaxprPtr>>("branches");
-    else subs = {e.params.get<ir::JaxprPtr>("cond_jaxpr"), e.params.get<ir::JaxprPtr>("body_jaxpr")};
-    for (auto& j : subs) {
+    for (auto& j : control_jaxprs(e)) {
       for (const ir::Var& v : j->invars) lay.erase(v.id), flex.erase(v.id);
       forward(*j);
       resolve(*j, std::vector<ValueLayout>(j->outvars.size()));
@@ -239,9 +236,7 @@ struct Assign {
         continue;
       }
       if (e.prim->id == PrimId::cond || e.prim->id == PrimId::while_loop) {  // blocked outputs; their insides
-        std::vector<ir::JaxprPtr> subs;
-        if (e.prim->id == PrimId::cond) subs = e.params.get<std::vector<ir::JaxprPtr>>("branches");
-        else subs = {e.params.get<ir::JaxprPtr>("cond_jaxpr"), e.params.get<ir::JaxprPtr>("body_jaxpr")};
+        std::vector<ir::JaxprPtr> subs = control_jaxprs(e);
         for (size_t k = 0; k < subs.size(); ++k) {
           size_t at = static_cast<size_t>(text.tellp());
           text << ind << e.prim->name << (e.prim->id == PrimId::cond ? " branch " + std::to_string(k) : k ? " body" : " cond") << ":\n";
