@@ -156,13 +156,21 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
-  // f32 (tf32 dots): copied as they are, then rounded into K-major tiles each iteration; the
-  // tile is rewritten, so the dot does not stay in flight
+  // f32 (tf32 dots): A (K contiguous) straight into its K-major tile, B (N contiguous) word
+  // by word into its transposed, K-major place; each thread rounds what it copied in place,
+  // so the dot stays in flight as for 16-bit operands
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
-            "loop: 3 stages, 3 buffers of 32768 bytes, copies 2 iteration(s) ahead\n"
-            "  pipelined by cp.async through a staging tile, rounded to tf32 each iteration: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
-            "  pipelined by cp.async through a staging tile, rounded to tf32 each iteration: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"
+            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
+            "  pipelined by cp.async, rounded to tf32 in place: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by cp.async word by word into its transposed place, rounded to tf32 in place: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"
             "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
+  // blocks of K that the transposing copy's order does not cover (8 < 16): B is staged, and
+  // its tile rewritten each iteration, so the dot does not stay in flight
+  const std::string bk8 = dots_of(8, pl::f32, false, false, 3);
+  EXPECT_EQ(bk8.substr(0, bk8.find("  pipelined by cp.async through a staging tile")),
+            "loop: 3 stages, 3 buffers of 20480 bytes, copies 2 iteration(s) ahead\n"
+            "  pipelined by cp.async, rounded to tf32 in place: operand A (f32[128,8], K-major) of the dot giving f32[128,128]\n");
+  EXPECT_NE(bk8.find("through a staging tile, rounded to tf32 each iteration: operand B"), std::string::npos);
   EXPECT_EQ(dots_of(64, pl::bf16, false, true, 3),
             "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major written to shared memory, B MN-major written to shared memory\n");
   // 64 KiB a stage: the fourth buffer for the dot in flight would not fit in 200 KiB, three

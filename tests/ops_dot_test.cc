@@ -172,30 +172,44 @@ TEST(Dot, BlockedMatmulWithKLoop) {
   EXPECT_TRUE(close(to_doubles(c), want, tol_for(pl::bf16), false));
 }
 
-// An f32 K loop (tf32 dots) of 128-row blocks, with B as is and transposed: on sm_90a the
-// loop pipeliner copies the f32 blocks into staging tiles and rounds them to tf32 (to nearest,
-// as the interpreter) into the wgmma tiles each iteration. Exact up to the order of the sums.
+// f32 K loops (tf32 dots) over a grid of 128-row blocks (the last one ragged), with either
+// operand transposed. On sm_90a the loop pipeliner rounds the f32 operands to tf32 (to
+// nearest, as the interpreter) after copying them: in place where the copy goes straight into
+// the wgmma tile (K contiguous), word by word into the transposed place where the tile needs
+// it (K-major tiles for tf32; blocks of K a multiple of 16), and through a staging tile for
+// the rest (bk = 8). Exact up to the order of the sums.
 TEST(Dot, F32KLoopRoundsEveryStageToTf32) {
-  for (bool tb : {false, true}) {
-    SCOPED_TRACE(tb ? "B transposed" : "B as is");
-    const int64_t M = 128, K = 96, N = 64, bk = 32;
-    auto av = uniform(M * K, 24, -1, 1), bv = uniform(K * N, 25, -1, 1);
-    pl::Array a = make_array(av, {M, K}, pl::f32), b = make_array(bv, tb ? pl::Shape{N, K} : pl::Shape{K, N}, pl::f32);
-    auto call = pl::pallas_call(
-        [=](pl::Ref ar, pl::Ref br, pl::Ref cr) {
-          pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({M, N}), [&](pl::Value k, pl::Value acc) {
-            pl::Value y = tb ? br(pl::all, pl::ds(k * bk, bk)) : br(pl::ds(k * bk, bk), pl::all);
-            return acc + pl::dot(ar(pl::all, pl::ds(k * bk, bk)), y, {.trans_b = tb});
-          });
-          cr[pl::all] = acc;
-        },
-        pl::ShapeDtype({M, N}, pl::f32), {.name = "tf32_kloop", .compiler_params = {.num_warps = 4, .num_stages = 3}});
-    pl::Array c = call(a, b);
-    std::vector<double> ar(av), br(bv);
-    for (auto& x : ar) x = tf32(x);
-    for (auto& x : br) x = tf32(x);
-    EXPECT_TRUE(close(to_doubles(c), ref_dot(ar, br, M, K, N, false, tb), 2e-6, false));
-  }
+  for (int64_t bk : {32, 8})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE("bk=" + std::to_string(bk) + (ta ? ", A transposed" : "") + (tb ? ", B transposed" : ""));
+        const int64_t M = 200, K = 96, N = 64, bm = 128;
+        auto av = uniform(M * K, 24, -1, 1), bv = uniform(K * N, 25, -1, 1);
+        pl::Array a = make_array(av, ta ? pl::Shape{K, M} : pl::Shape{M, K}, pl::f32);
+        pl::Array b = make_array(bv, tb ? pl::Shape{N, K} : pl::Shape{K, N}, pl::f32);
+        auto call = pl::pallas_call(
+            [=](pl::Ref ar, pl::Ref br, pl::Ref cr) {
+              pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({bm, N}), [&](pl::Value k, pl::Value acc) {
+                pl::Value x = ta ? ar(pl::ds(k * bk, bk), pl::all) : ar(pl::all, pl::ds(k * bk, bk));
+                pl::Value y = tb ? br(pl::all, pl::ds(k * bk, bk)) : br(pl::ds(k * bk, bk), pl::all);
+                return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb});
+              });
+              cr[pl::all] = acc;
+            },
+            pl::ShapeDtype({M, N}, pl::f32),
+            {.grid = {(M + bm - 1) / bm},
+             .in_specs = {ta ? pl::BlockSpec({K, bm}, [](pl::Value i) { return pl::idx(0, i); })
+                             : pl::BlockSpec({bm, K}, [](pl::Value i) { return pl::idx(i, 0); }),
+                          pl::BlockSpec(tb ? pl::Shape{N, K} : pl::Shape{K, N}, [](pl::Value) { return pl::idx(0, 0); })},
+             .out_specs = {pl::BlockSpec({bm, N}, [](pl::Value i) { return pl::idx(i, 0); })},
+             .name = "tf32_kloop",
+             .compiler_params = {.num_warps = 4, .num_stages = 3}});
+        pl::Array c = call(a, b);
+        std::vector<double> ar(av), br(bv);
+        for (auto& x : ar) x = tf32(x);
+        for (auto& x : br) x = tf32(x);
+        EXPECT_TRUE(close(to_doubles(c), ref_dot(ar, br, M, K, N, ta, tb), 2e-6, false));
+      }
 }
 
 // A K loop whose accumulator is rescaled row by row before each dot, as flash attention does:

@@ -66,6 +66,34 @@ int count_dots(const ir::Jaxpr& j) {
   return n;
 }
 
+// The transposing copy's order. A load [K, N] (rows K, columns N contiguous in memory) goes to
+// a K-major tile (rows N, runs of K): each warp instruction copies 4 words of K x 8 of N (four
+// 32-byte sectors read; the words land in 32 different banks: the swizzle spreads the 8 rows
+// of N over the banks, and lane group a = lane / 8 copies its chunk's word (q + a) % 4 at
+// step q), and each thread copies whole 16-byte chunks of the tile (4 words of K of one N),
+// which it then rounds to tf32 in one access. f runs with C locals tn (the N) and tkc (the
+// chunk: K = 4 tkc .. 4 tkc + 3) in scope.
+bool transposable(const ir::Eqn& load) {
+  const Shape& s = load.out[0].aval.shape;
+  if (s.size() != 2 || s[0] % 16 || s[1] % 8 || load.params.get_bool("has_mask") || itemsize(load.out[0].aval.dtype) != 4) return false;
+  for (const ir::IndexDim& x : load.params.get<ir::NDIndexer>("idx").dims)
+    if (x.kind == ir::IndexDim::Kind::Array) return false;
+  return true;
+}
+
+void foreach_transposed_chunk(Emitter& E, const PipelinedLoad& l, const std::function<void()>& f) {
+  const Shape& s = l.load->out[0].aval.shape;
+  int64_t nb = s[1] / 8, units = (s[0] / 16) * nb, warps = E.nt / 32;
+  E.line("#pragma unroll");
+  E.line("for (int g = 0; g < " + std::to_string((units + warps - 1) / warps) + "; ++g) { const int u = (threadIdx.x >> 5) + g * " + std::to_string(warps) +
+         "; " + (units % warps ? "if (u < " + std::to_string(units) + ") {" : "{"));
+  ++E.depth;
+  E.line("const int tn = (u % " + std::to_string(nb) + ") * 8 + (threadIdx.x & 7), tkc = (u / " + std::to_string(nb) + ") * 4 + ((threadIdx.x >> 3) & 3);");
+  f();
+  --E.depth;
+  E.line("}}");
+}
+
 // Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
 void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi) {
   E.line("if (" + it + " < " + hi + ") {");
@@ -76,9 +104,18 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
     std::string dst = "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
     int64_t cols = l.load->out[0].aval.shape[1];
     const SwizzledTile& L = l.tile;
+    if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
+      foreach_transposed_chunk(E, l, [&] {
+        E.line("#pragma unroll");
+        E.line("for (int q = 0; q < 4; ++q) { const int tk = tkc * 4 + ((q + (threadIdx.x >> 3)) & 3), e = tk * " + std::to_string(cols) + " + tn;");
+        emit_async_copy_element(E, *l.load, dst + " + " + L.at("tn", "tk"));
+        E.line("}");
+      });
+      continue;
+    }
     bool rows_mn = l.rows_are_mn;
     bool issued = emit_async_load(E, *l.load, [&](const std::string& flat) {
-      if (l.staged) return dst + " + (" + flat + ") * 4";  // row-major, as loaded
+      if (l.staged()) return dst + " + (" + flat + ") * 4";  // row-major, as loaded
       std::string r = "((" + flat + ") / " + std::to_string(cols) + ")", c = "((" + flat + ") % " + std::to_string(cols) + ")";
       return dst + " + " + (rows_mn ? L.at(r, c) : L.at(c, r));
     });
@@ -108,10 +145,22 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       PipelinedLoad l;
       int64_t kpad = 0;
       auto tile = wgmma_operand_tile(E, dot, i, &l.rows_are_mn, &kpad);
-      l.staged = load.out[0].aval.dtype == DType::F32;  // rounded to tf32 through a staging tile
-      // copies straight into the tile: the layout's runs must lie along its contiguous
-      // dimension; no K padding to zero either way
-      if (!tile || kpad != 0 || (!l.staged && l.rows_are_mn != tile->k_major) || !async_loadable(E, load)) continue;
+      // no K padding to zero; copies straight into the tile need the layout's runs along its
+      // contiguous dimension, except f32 ones, which may transpose word by word (or be staged)
+      if (!tile || kpad != 0) continue;
+      bool straight = l.rows_are_mn == tile->k_major, vectorised = async_loadable(E, load);
+      using Tf32 = PipelinedLoad::Tf32;
+      if (load.out[0].aval.dtype != DType::F32) {
+        if (!straight || !vectorised) continue;
+      } else if (straight && vectorised) {
+        l.tf32 = Tf32::InPlace;
+      } else if (!straight && transposable(load)) {
+        l.tf32 = Tf32::Transposed;
+      } else if (vectorised) {
+        l.tf32 = Tf32::Staged;
+      } else {
+        continue;
+      }
       std::unordered_set<const ir::Eqn*> seen;
       bool ok = true;
       for (size_t k = 1; k < load.in.size() && ok; ++k) ok = index_slice(load.in[k], body, num_carry, def, l.index_eqns, seen);
@@ -122,8 +171,8 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       l.tile = *tile;
       l.off = p.stage_bytes;
       size_t staging = static_cast<size_t>(load.out[0].aval.size()) * 4;
-      p.stage_bytes += ((l.staged ? staging : tile->bytes) + 1023) & ~size_t{1023};
-      if (l.staged) {
+      p.stage_bytes += ((l.staged() ? staging : tile->bytes) + 1023) & ~size_t{1023};
+      if (l.staged()) {
         l.tile_off = p.tiles_bytes;
         p.tiles_bytes += (tile->bytes + 1023) & ~size_t{1023};
       }
@@ -137,7 +186,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   // (not with staged operands: their one tile is rewritten every iteration)
   const ir::Eqn* async_dot = nullptr;
   if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot) &&
-      !p.loads[0].staged && !p.loads[1].staged)
+      !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
   for (int s = E.num_stages; s >= 2; --s) {
@@ -151,6 +200,16 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
     }
   }
   return LoopPipeline();
+}
+
+static std::string tf32_text(PipelinedLoad::Tf32 t) {
+  switch (t) {
+    case PipelinedLoad::Tf32::None: return "";
+    case PipelinedLoad::Tf32::InPlace: return ", rounded to tf32 in place";
+    case PipelinedLoad::Tf32::Transposed: return " word by word into its transposed place, rounded to tf32 in place";
+    case PipelinedLoad::Tf32::Staged: return " through a staging tile, rounded to tf32 each iteration";
+  }
+  return "";
 }
 
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
@@ -178,9 +237,32 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
-    E.dots_text += std::string("  pipelined by cp.async") + (l.staged ? " through a staging tile, rounded to tf32 each iteration" : "") + ": operand " +
+    E.dots_text += std::string("  pipelined by cp.async") + tf32_text(l.tf32) + ": operand " +
                    (l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") +
                    ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+}
+
+// Each thread rounds the f32 words it copied for iteration `it` (its own copies are complete
+// and visible to it after its wait), before the barrier that publishes the stage.
+static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
+  for (const PipelinedLoad& l : p.loads) {
+    if (l.tf32 != PipelinedLoad::Tf32::InPlace && l.tf32 != PipelinedLoad::Tf32::Transposed) continue;
+    std::string tile = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + " + " +
+                       std::to_string(l.off) + ")";
+    if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
+      foreach_transposed_chunk(E, l, [&] { E.line("tf32_round_shared<4>(" + tile + " + " + l.tile.at("tn", "tkc * 4") + ");"); });
+      continue;
+    }
+    // the pieces of emit_async_load, in its order
+    int W = access_width(E, *l.load);
+    std::string C = std::to_string(l.load->out[0].aval.shape[1]);
+    E.foreach_run(l.load->out[0].aval.shape, [&] {
+      for (int q = 0; q < E.vec / W; ++q) {
+        std::string f = "(e + " + std::to_string(q * W) + ")", r = f + " / " + C, c = f + " % " + C;
+        E.line("tf32_round_shared<" + std::to_string(W) + ">(" + tile + " + " + (l.rows_are_mn ? l.tile.at(r, c) : l.tile.at(c, r)) + ");");
+      }
+    });
+  }
 }
 
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
@@ -191,6 +273,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   // every warp has finished the dots of the iteration that last read the stage refilled (the
   // one before, or two before with the dot in flight), so the dots need no barrier after them.
   E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
+  round_own_copies(E, p, it, lo);
   E.line("fence_proxy_async();");
   E.sync();  // every thread's copies of this stage have landed
   refill();
@@ -199,7 +282,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
     std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
-    if (!l.staged) {
+    if (!l.staged()) {
       E.smem_operands[l.load->out[0].id] = stage;
       continue;
     }

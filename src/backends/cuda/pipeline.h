@@ -6,8 +6,14 @@
 // iterations overlap this one's tensor-core work, and the operand never passes through
 // registers.
 //
-// f32 operands of tf32 dots go the same way into a row-major staging tile, and are rounded
-// into the dot's tile at the top of the iteration that uses them.
+// f32 operands of tf32 dots (tf32 wgmma reads K-major tiles only) go the same way and are
+// rounded to tf32 in place, each thread rounding the words it copied itself, between its
+// copy wait and the barrier at the top of the iteration that uses them: no extra pass or
+// barrier. An operand whose rows are K (B of x·W, N contiguous) is copied word by word into
+// its transposed, K-major place, in an order that keeps both the global reads (32-byte
+// sectors) and the shared writes (no bank conflicts) whole, and that gives each thread whole
+// 16-byte chunks of the tile to round. Shapes that order does not cover go through a
+// row-major staging tile and a rounding pass instead.
 //
 // When the body's one dot is such a wgmma, with both operands pipelined, accumulating into a
 // loop carry kept in fragments, its wait is deferred one iteration (wgmma.wait_group 1):
@@ -31,10 +37,17 @@ struct PipelinedLoad {
   SwizzledTile tile;                        // the dot's operand tile, one per stage
   bool rows_are_mn = true;
   size_t off = 0;                           // within a stage
-  // f32 operands (tf32 dots) are copied as they are into a row-major staging tile; each
-  // iteration then rounds them to tf32 (to nearest, as the interpreter; wgmma would truncate)
-  // into the dot's swizzled tile, transposing B to K-major (tf32 wgmma reads K-major only).
-  bool staged = false;
+  // f32 operands (tf32 dots) are rounded to tf32 after the copy (to nearest, as the
+  // interpreter; wgmma would truncate), in one of three ways:
+  enum class Tf32 {
+    None,        // not f32
+    InPlace,     // copied straight into the tile, rounded there by the copying thread
+    Transposed,  // copied word by word into the K-major tile (transposing), rounded likewise
+    Staged,      // copied as loaded into a row-major staging tile; each iteration rounds it
+                 // into the dot's tile, transposing as needed (shapes the others do not take)
+  };
+  Tf32 tf32 = Tf32::None;
+  bool staged() const { return tf32 == Tf32::Staged; }
   size_t tile_off = 0;                      // the swizzled tile, after the stage buffers
 };
 

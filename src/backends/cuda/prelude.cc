@@ -160,6 +160,12 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ float tf32(float x) { u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
+// Rounds N (1, 2 or 4) f32 words of shared memory to tf32 in place, in one access each way.
+template <int N> __device__ __forceinline__ void tf32_round_shared(unsigned char* p) {
+  if constexpr (N == 4) { float4 v = *(float4*)p; v.x = tf32(v.x), v.y = tf32(v.y), v.z = tf32(v.z), v.w = tf32(v.w); *(float4*)p = v; }
+  else if constexpr (N == 2) { float2 v = *(float2*)p; v.x = tf32(v.x), v.y = tf32(v.y); *(float2*)p = v; }
+  else *(float*)p = tf32(*(float*)p);
+}
 template <class T> __device__ __forceinline__ u32 ordkey(T v) { return 0; }
 template <class T> __device__ __forceinline__ T atom_apply(int op, T cur, T v) {
   typedef typename CT<T>::t C;

@@ -109,5 +109,10 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // index arrays (rules_memory.cc).
 bool emit_async_load(Emitter& E, const ir::Eqn& load, const std::function<std::string(const std::string&)>& dst);
 bool async_loadable(const Emitter& E, const ir::Eqn& load);  // whether emit_async_load takes it
+int access_width(const Emitter& E, const ir::Eqn& access);    // elements per piece (the layout pass's)
+// One 4-byte cp.async of element `e` (a C local the caller's loop defines, the flat element
+// of the load's tile) to byte address `dst`, zero-filled outside the array: for copies in an
+// order of the caller's (a transposing copy). Loads without index arrays, 4-byte elements.
+void emit_async_copy_element(Emitter& E, const ir::Eqn& load, const std::string& dst);
 
 }  // namespace pallas::cuda

@@ -310,6 +310,8 @@ void atomic(Emitter& E, const ir::Eqn& e) {
 
 }  // namespace
 
+int access_width(const Emitter& E, const ir::Eqn& e) { return vector_width(E, e); }
+
 bool async_loadable(const Emitter& E, const ir::Eqn& e) {
   int W = vector_width(E, e);
   int64_t bytes = W * static_cast<int64_t>(itemsize(e.out[0].aval.dtype));
@@ -331,6 +333,14 @@ bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::stri
     E.line("cp_async<" + B + ">(" + dst("e + " + std::to_string(q * W)) + ", " + ptr + ", " + ok + ");");
   });
   return true;
+}
+
+void emit_async_copy_element(Emitter& E, const ir::Eqn& e, const std::string& dst) {
+  Plan p = plan(E, e, e.out[0].aval.shape);
+  if (p.shared_indices || itemsize(e.out[0].aval.dtype) != 4) throw Error(E.what + ": CUDA lowering: a word copy of a load with index arrays (a bug)");
+  std::string ok;
+  std::string addr = address(E, p, &ok);
+  E.line("cp_async<4>(" + dst + ", &" + addr + ", " + ok + ");");
 }
 
 std::string atomic_add_expr(DType t, const std::string& addr, const std::string& value) {
