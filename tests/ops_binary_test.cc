@@ -126,6 +126,54 @@ TEST(BinaryOps, Nextafter) {
 }
 
 // Comparisons: NaN compares unequal to everything (ne true), -0 == +0.
+// max and min order -0 below +0 and give NaN when either operand is NaN, elementwise and in
+// row reductions (on sm_80+ one max.NaN / min.NaN instruction), for every float dtype.
+TEST(BinaryOps, MaxMinOrderSignedZerosAndPropagateNaN) {
+  const double z = 0.0, nz = -0.0, nan = NAN;
+  // pairs (a, b): both orders of the zeros, equal zeros, a NaN on either side and on both
+  std::vector<double> av = {z, nz, z, nz, nan, 1, nan, -2}, bv = {nz, z, z, nz, 1, nan, nan, -3};
+  for (pl::DType t : float_dtypes()) {
+    SCOPED_TRACE(pl::dtype_name(t));
+    std::vector<double> a, b;
+    for (int r = 0; r < 8; ++r) a.insert(a.end(), av.begin(), av.end()), b.insert(b.end(), bv.begin(), bv.end());
+    for (bool is_max : {true, false}) {
+      auto op = is_max ? [](const pl::Value& x, const pl::Value& y) { return pl::maximum(x, y); }
+                       : [](const pl::Value& x, const pl::Value& y) { return pl::minimum(x, y); };
+      auto got = to_doubles(run_binary(op, make_array(a, {8, 8}, t), make_array(b, {8, 8}, t), t));
+      for (size_t i = 0; i < got.size(); ++i) {
+        double want = is_max ? ref_max(a[i], b[i]) : ref_min(a[i], b[i]);
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got[i])) << (is_max ? "max(" : "min(") << a[i] << ", " << b[i] << ")";
+        } else {
+          EXPECT_EQ(got[i], want) << i;
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << (is_max ? "max(" : "min(") << a[i] << ", " << b[i] << ")";
+        }
+      }
+    }
+    // rows of zeros of both signs: max gives +0, min -0; a row with a NaN gives NaN
+    std::vector<double> rows(4 * 32);
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = (i * 7) % 3 ? nz : z;
+    rows[2 * 32 + 5] = nan;
+    auto call = pl::pallas_call(
+        [](pl::Ref x, pl::Ref mx, pl::Ref mn) {
+          pl::Value v = x[pl::all];
+          mx[pl::all] = pl::max(v, {1});
+          mn[pl::all] = pl::min(v, {1});
+        },
+        {pl::ShapeDtype({4}, t), pl::ShapeDtype({4}, t)}, {.name = "signed_zero_rows"});
+    auto outs = call({make_array(rows, {4, 32}, t)});
+    auto mx = to_doubles(outs[0]), mn = to_doubles(outs[1]);
+    for (int r = 0; r < 4; ++r) {
+      if (r == 2) {
+        EXPECT_TRUE(std::isnan(mx[r]) && std::isnan(mn[r])) << "row " << r;
+        continue;
+      }
+      EXPECT_TRUE(mx[r] == 0 && !std::signbit(mx[r])) << "max of row " << r << " = " << mx[r];
+      EXPECT_TRUE(mn[r] == 0 && std::signbit(mn[r])) << "min of row " << r << " = " << mn[r];
+    }
+  }
+}
+
 TEST(BinaryOps, FloatComparisons) {
   struct Cmp {
     const char* name;

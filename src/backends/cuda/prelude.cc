@@ -95,9 +95,14 @@ template <class C> __device__ __forceinline__ C p_rem(C a, C b) {
   if constexpr (isf_v<C>) { if constexpr (sizeof(C) == 8) return fmod(a, b); else return fmodf(a, b); }
   else { if (b == 0) return a; if (C(-1) < C(0) && b == (C)-1) return 0; return a % b; }
 }
-// max/min as the interpreter: a NaN operand gives a NaN (a's when both), +0 > -0. Written
-// without branches (selects), as they run per element of every row reduction.
+// max/min as the interpreter: a NaN operand gives a NaN, +0 > -0. f32 on sm_80+ is one
+// instruction (max.NaN orders -0 below +0 and propagates NaN, as IEEE 754-2019 maximum;
+// the NaN is the canonical one, not an operand's payload); elsewhere selects, without
+// branches, as they run per element of every row reduction.
 template <class C> __device__ __forceinline__ C p_max(C a, C b) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (same_v<C, float>) { float m; asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b)); return m; }
+#endif
   if constexpr (same_v<C, float>) {
     float m = a == b ? __int_as_float(__float_as_int(a) & __float_as_int(b)) : fmaxf(a, b);  // (+0, -0) -> +0
     return (a != a || b != b) ? a + b : m;  // a + b: the NaN operand's payload (a's when both)
@@ -107,6 +112,9 @@ template <class C> __device__ __forceinline__ C p_max(C a, C b) {
   } else return a > b ? a : b;
 }
 template <class C> __device__ __forceinline__ C p_min(C a, C b) {
+#if __CUDA_ARCH__ >= 800
+  if constexpr (same_v<C, float>) { float m; asm("min.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b)); return m; }
+#endif
   if constexpr (same_v<C, float>) {
     float m = a == b ? __int_as_float(__float_as_int(a) | __float_as_int(b)) : fminf(a, b);  // (+0, -0) -> -0
     return (a != a || b != b) ? a + b : m;

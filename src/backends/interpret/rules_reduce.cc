@@ -40,12 +40,16 @@ C red_step(RedOp op, C acc, C x) {
         if constexpr (std::is_integral_v<C>) return static_cast<C>(static_cast<uint64_t>(acc) * static_cast<uint64_t>(x));
         else return acc * x;
       case RedOp::Max:
-        if constexpr (std::is_floating_point_v<C>)
+        if constexpr (std::is_floating_point_v<C>) {  // as the elementwise max: NaN sticks, +0 > -0
           if (std::isnan(x) || std::isnan(acc)) return std::numeric_limits<C>::quiet_NaN();
+          if (x == acc) return std::signbit(acc) ? x : acc;
+        }
         return x > acc ? x : acc;
       case RedOp::Min:
-        if constexpr (std::is_floating_point_v<C>)
+        if constexpr (std::is_floating_point_v<C>) {
           if (std::isnan(x) || std::isnan(acc)) return std::numeric_limits<C>::quiet_NaN();
+          if (x == acc) return std::signbit(acc) ? acc : x;
+        }
         return x < acc ? x : acc;
     }
     return acc;
