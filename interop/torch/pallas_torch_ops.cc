@@ -4,7 +4,7 @@
 //   gelu_mul_out(x, y, out) -> ()          the same, written into the caller's `out`
 //   gelu_mul_backward(x, y, g) -> (dx, dy) its backward, one Pallas kernel
 //   softmax(x) -> out                      the library's pl::kernels::softmax over the last axis
-//   debug_last_launch() -> (int, str, int) for the tests: see below
+//   debug_last_launch() -> (int, str, int, int)  for the tests: see debug_last_launch below
 //
 // Zero-copy: torch's memory is wrapped as non-owning pl::Array views and outputs are written
 // with Call::into, so on the GPU the kernel reads and writes the tensors' own storage. CUDA
@@ -34,8 +34,7 @@ pi::CallCache& cache() {
   return c;
 }
 
-// What the last launch saw, for the zero-copy test: the address of the output view the kernel
-// wrote, the backend it ran on, and how many calls have run on the GPU in this process.
+// What the last launch saw, for the tests (debug_last_launch).
 std::atomic<int64_t> g_last_out{0};
 std::atomic<const char*> g_last_backend{"none"};
 
@@ -158,8 +157,11 @@ at::Tensor softmax(const at::Tensor& x) {
   return out;
 }
 
-std::tuple<int64_t, std::string, int64_t> debug_last_launch() {
-  return {g_last_out.load(), g_last_backend.load(), pl::run_counts().cuda};
+// (address of the output the last kernel wrote, the backend it ran on, calls run on the GPU
+// so far in this process, traced calls cached): the tests check zero-copy by pointer identity,
+// that CUDA tensors ran on the GPU, and that repeated calls reuse their traced Call.
+std::tuple<int64_t, std::string, int64_t, int64_t> debug_last_launch() {
+  return {g_last_out.load(), g_last_backend.load(), pl::run_counts().cuda, static_cast<int64_t>(cache().size())};
 }
 
 // ---- shape functions (Meta): what torch.compile and FakeTensor use to trace the ops ----
@@ -190,7 +192,7 @@ TORCH_LIBRARY(pallas, m) {
   m.def("gelu_mul_out(Tensor x, Tensor y, Tensor(a!) out) -> ()");
   m.def("gelu_mul_backward(Tensor x, Tensor y, Tensor grad) -> (Tensor, Tensor)");
   m.def("softmax(Tensor x) -> Tensor");
-  m.def("debug_last_launch() -> (int, str, int)", &debug_last_launch);
+  m.def("debug_last_launch() -> (int, str, int, int)", &debug_last_launch);
 }
 
 TORCH_LIBRARY_IMPL(pallas, CUDA, m) {
