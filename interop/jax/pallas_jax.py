@@ -30,17 +30,22 @@ _lib = None
 def compile_command(pallas_build_dir, output, syntax_only=False):
     """The compiler command line for the FFI library (or, syntax_only, just a compile check)."""
     cxx = shlex.split(os.environ.get("CXX", "c++"))
-    flags = ["-std=c++20", "-O2", "-fPIC", f"-I{ROOT / 'include'}", f"-I{ROOT / 'interop'}",
-             f"-I{jax.ffi.include_dir()}", str(SOURCE)]
+    # -isystem: XLA's headers are not warning-free under -Wextra; ours are
+    flags = ["-std=c++20", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
+             "-Wno-missing-field-initializers",  # designated initializers, as the project builds
+             f"-I{ROOT / 'include'}", f"-I{ROOT / 'interop'}", "-isystem", jax.ffi.include_dir(), str(SOURCE)]
     if syntax_only:
         return cxx + flags + ["-fsyntax-only"]
     build = Path(pallas_build_dir)
     cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
     cuda_lib = cuda / "lib64" if (cuda / "lib64").exists() else cuda / "lib"
     # libpallas.a is position-independent (CMakeLists.txt), so it links into a shared object;
-    # NVRTC compiles its kernels; the CUDA driver is dlopen'ed by the library itself.
-    return cxx + flags + ["-shared", "-o", str(output), str(build / "libpallas.a"), f"-L{cuda_lib}", "-lnvrtc",
-                          f"-Wl,-rpath,{cuda_lib}", "-ldl", "-lpthread"]
+    # NVRTC compiles its kernels (a library built without the CUDA backend needs none); the
+    # CUDA driver is dlopen'ed by the library itself. --no-undefined: a missing library shows
+    # here, not when Python loads the result.
+    nvrtc = [f"-L{cuda_lib}", "-lnvrtc", f"-Wl,-rpath,{cuda_lib}"] if list(cuda_lib.glob("libnvrtc.so*")) else []
+    return cxx + flags + ["-shared", "-Wl,--no-undefined", "-o", str(output), str(build / "libpallas.a")] + nvrtc + [
+        "-ldl", "-lpthread"]
 
 
 def build(pallas_build_dir=None):
