@@ -3,10 +3,11 @@
 # GPU half (every kernel on the GPU, poisoned outputs), the CUDA-lowering tests, the
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
-# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench;
+# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
 # cuda_bench sections, ANCHORS=0 skips the anchors); `regress` runs only the fuzzer's regression tests and the
-# CUDA-lowering tests on the GPU, a minute's check). FUZZ_COUNT and FUZZ_SECONDS size the
+# CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
+# interop/ against build-gpu's libpallas.a and runs their tests on the GPU). FUZZ_COUNT and FUZZ_SECONDS size the
 # campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
 set -u
 OUT=${OUT:-/tmp/out}
@@ -60,6 +61,20 @@ if has sanitize && command -v compute-sanitizer >/dev/null; then
     echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/sanitizer-$tool.log" | tail -4
   done
   unset PALLAS_TEST_BACKEND
+fi
+if has interop; then  # the framework clients (interop/): each built against build-gpu/libpallas.a, then its checks
+  for client in torch jax; do
+    if [ $client = torch ]; then builder=interop/torch/pallas_torch.py; script=interop/torch/test_torch_op.py
+    else builder=interop/jax/pallas_jax.py; script=interop/jax/test_jax_ffi.py; fi
+    t0=$(date +%s)
+    MAX_JOBS=16 timeout 300 python3 $builder build-gpu > "$OUT/interop-$client-build.log" 2>&1
+    rc=$?; echo "interop $client build rc=$rc in $(( $(date +%s) - t0 )) s"
+    [ $rc = 0 ] || { tail -30 "$OUT/interop-$client-build.log"; continue; }
+    t0=$(date +%s)
+    timeout 400 python3 $script build-gpu > "$OUT/interop-$client.log" 2>&1
+    echo "interop $client tests rc=$? in $(( $(date +%s) - t0 )) s: $(grep -c '^ok ' "$OUT/interop-$client.log") ok, $(grep -c '^FAIL ' "$OUT/interop-$client.log") failed"
+    grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$OUT/interop-$client.log" | head -20
+  done
 fi
 if has kernels; then  # the user-written kernels of cuda_bench (the general compiler: no sm_90a fast path) and their anchors
   PALLAS_NO_FAST_PATHS=1 timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20

@@ -1,0 +1,117 @@
+"""Pallas C++ kernels as JAX FFI custom calls.
+
+    import pallas_jax
+    pallas_jax.load("build")                 # a CMake build dir holding libpallas.a
+    out = jax.jit(pallas_jax.gelu_mul)(x, y)  # out = gelu(x) * y
+    p = jax.jit(pallas_jax.softmax)(x)        # softmax over the last axis
+
+load() compiles pallas_jax_ffi.cc (XLA's header-only FFI API from jax.ffi.include_dir(),
+the Pallas headers) into a shared library linked with the static libpallas.a, loads it with
+ctypes and registers its handlers for the CUDA and the CPU platform. Inside jax.jit, XLA calls
+the handler with its own buffers and stream; the kernel writes XLA's result buffer in place.
+"""
+import ctypes
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+SOURCE = HERE / "pallas_jax_ffi.cc"
+
+_lib = None
+
+
+def compile_command(pallas_build_dir, output, syntax_only=False):
+    """The compiler command line for the FFI library (or, syntax_only, just a compile check)."""
+    cxx = shlex.split(os.environ.get("CXX", "c++"))
+    # -isystem: XLA's headers are not warning-free under -Wextra; ours are
+    flags = ["-std=c++20", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
+             "-Wno-missing-field-initializers",  # designated initializers, as the project builds
+             f"-I{ROOT / 'include'}", f"-I{ROOT / 'interop'}", "-isystem", jax.ffi.include_dir(), str(SOURCE)]
+    if syntax_only:
+        return cxx + flags + ["-fsyntax-only"]
+    build = Path(pallas_build_dir)
+    cuda = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    cuda_lib = cuda / "lib64" if (cuda / "lib64").exists() else cuda / "lib"
+    # libpallas.a is position-independent (CMakeLists.txt), so it links into a shared object;
+    # NVRTC compiles its kernels (a library built without the CUDA backend needs none); the
+    # CUDA driver is dlopen'ed by the library itself. --no-undefined: a missing library shows
+    # here, not when Python loads the result.
+    nvrtc = [f"-L{cuda_lib}", "-lnvrtc", f"-Wl,-rpath,{cuda_lib}"] if list(cuda_lib.glob("libnvrtc.so*")) else []
+    return cxx + flags + ["-shared", "-Wl,--no-undefined", "-o", str(output), str(build / "libpallas.a")] + nvrtc + [
+        "-ldl", "-lpthread"]
+
+
+def build(pallas_build_dir=None):
+    """Compiles the FFI library into <build>/interop-jax/ unless it is newer than its inputs."""
+    build_dir = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()
+    lib = build_dir / "libpallas.a"
+    if not lib.exists():
+        raise RuntimeError(f"pallas_jax: {lib} not found; build the library first "
+                           f"(cmake --build {build_dir} --target pallas)")
+    out = build_dir / "interop-jax" / "libpallas_jax_ffi.so"
+    out.parent.mkdir(exist_ok=True)
+    inputs = [lib, SOURCE, ROOT / "interop" / "common" / "gelu_mul.h"]
+    if not out.exists() or any(p.stat().st_mtime > out.stat().st_mtime for p in inputs):
+        cmd = compile_command(build_dir, out)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("pallas_jax: building the FFI library failed:\n" + shlex.join(cmd) + "\n" + r.stderr)
+    return out
+
+
+def load(pallas_build_dir=None):
+    """Builds (if needed) and loads the library, and registers its FFI targets."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.cdll.LoadLibrary(str(build(pallas_build_dir)))
+    for name, symbol in [("pallas_gelu_mul", "PallasGeluMul"), ("pallas_softmax", "PallasSoftmax")]:
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cuda")), platform="CUDA")
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cpu")), platform="cpu")
+    lib.pallas_jax_last_output.restype = ctypes.c_size_t
+    lib.pallas_jax_last_backend.restype = ctypes.c_char_p
+    _lib = lib
+    return lib
+
+
+_DTYPES = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(jax.numpy.bfloat16))
+
+
+def _check(name, *xs):
+    # The handler checks these too; checking here gives the error at trace time, with shapes.
+    for x in xs:
+        if x.dtype not in _DTYPES:
+            raise TypeError(f"pallas_jax.{name}: dtype {x.dtype} not supported (float32, float16, bfloat16)")
+    for x in xs[1:]:
+        if x.shape != xs[0].shape or x.dtype != xs[0].dtype:
+            raise ValueError(f"pallas_jax.{name}: operands differ: {xs[0].shape} {xs[0].dtype} vs {x.shape} {x.dtype}")
+
+
+def gelu_mul(x, y):
+    """gelu(x) * y (tanh approximation), by a Pallas C++ kernel."""
+    _check("gelu_mul", x, y)
+    return jax.ffi.ffi_call("pallas_gelu_mul", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
+
+
+def softmax(x):
+    """Softmax over the last axis, by the library's pl::kernels::softmax."""
+    _check("softmax", x)
+    if x.ndim == 0:
+        raise ValueError("pallas_jax.softmax: x must have at least one dimension")
+    return jax.ffi.ffi_call("pallas_softmax", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def last_launch():
+    """(address of the output the last kernel wrote, the backend it ran on): for the tests."""
+    return int(_lib.pallas_jax_last_output()), _lib.pallas_jax_last_backend().decode()
+
+
+if __name__ == "__main__":  # python3 pallas_jax.py [build_dir]: build only
+    print("pallas_jax: built", build(sys.argv[1] if len(sys.argv) > 1 else None))

@@ -1,0 +1,33 @@
+# Runs one interop client's test script (interop/CMakeLists.txt), or says why it is skipped.
+# cmake -DPYTHON= -DCLIENT=jax|torch -DSCRIPT_DIR= -DBUILD_DIR= -DHAVE_CUDA= -P run_check.cmake
+if(CLIENT STREQUAL "jax")
+  set(script ${SCRIPT_DIR}/jax/test_jax_ffi.py)
+  # the FFI handler compiles against jaxlib's header-only XLA FFI API
+  set(probe "import jax\nprint(jax.ffi.include_dir())")
+else()
+  set(script ${SCRIPT_DIR}/torch/test_torch_op.py)
+  # the op uses torch's CUDA stream API (libc10_cuda, the CUDA runtime headers)
+  set(probe "import torch\nassert torch.version.cuda, 'this torch has no CUDA support'")
+endif()
+function(skip why)
+  message("SKIPPED (whole test): interop.${CLIENT}: ${why}")
+endfunction()
+
+if(NOT PYTHON)
+  skip("no python3 found (set PALLAS_INTEROP_PYTHON)")
+  return()
+endif()
+execute_process(COMMAND ${PYTHON} -c "${probe}" RESULT_VARIABLE rc OUTPUT_QUIET ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  string(REGEX REPLACE ".*\n([^\n]+)\n*$" "\\1" last "${err}")  # the exception's line
+  skip("${CLIENT} is not usable from ${PYTHON}: ${last}")
+  return()
+endif()
+if(CLIENT STREQUAL "torch" AND NOT HAVE_CUDA)
+  skip("the torch op needs the CUDA toolkit's headers, and this build found no toolkit")
+  return()
+endif()
+execute_process(COMMAND ${PYTHON} ${script} ${BUILD_DIR} RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "interop.${CLIENT}: ${script} failed (exit ${rc})")
+endif()
