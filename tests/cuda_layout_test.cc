@@ -113,7 +113,7 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
 // more buffer than num_stages, when it fits.
 // dots_of: the dots text of a K loop of bf16/f16/f32 dots over 128 x bn blocks, lowered for arch.
 std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128, int warps = 4,
-                    const std::string& arch = "sm_90a") {
+                    const std::string& arch = "sm_90a", bool tensor_maps = true) {
   int64_t n = 512, bm = 128;
   auto call = pl::pallas_call(
       [=](pl::Ref a, pl::Ref b, pl::Ref o) {
@@ -133,24 +133,37 @@ std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int st
        .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
        .compiler_params = {.num_warps = warps, .num_stages = stages}});
   call.trace({pl::ShapeDtype({n, n}, t), pl::ShapeDtype({n, n}, t)});
-  return pallas::cuda::lower(call.state()->get_traced(), arch).dots_text;
+  pallas::cuda::Lowered L = pallas::cuda::lower(call.state()->get_traced(), arch, tensor_maps);
+  // a TMA copy and its tensor map go together: one map per operand here
+  size_t tma_copies = 0;
+  for (size_t at = 0; (at = L.dots_text.find("pipelined by TMA", at)) != std::string::npos; ++at) ++tma_copies;
+  EXPECT_EQ(L.tensor_maps.size(), tma_copies);
+  return L.dots_text;
 }
 
 // The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
-// a user-written K loop on sm_90a: both loads go to shared memory by cp.async, two iterations
-// ahead, in the tiles wgmma reads (A K-major, B MN-major), and the dot reads them there while
-// the next iteration's copies are issued (four buffers for three stages).
+// a user-written K loop on sm_90a: both loads go to shared memory by TMA (one thread issues
+// them, an mbarrier per stage), two iterations ahead, in the tiles wgmma reads (A K-major,
+// B MN-major), and the dot reads them there while the next iteration's copies are issued
+// (four buffers for three stages).
 TEST(CudaLayout, MatmulLoopIsPipelinedIntoWgmmaTiles) {
   EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8),
+            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
+            "  pipelined by TMA: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by TMA: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
+            "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
+  // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
+  EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8, "sm_80"), "");
+  // AOT kernels take no tensor maps (their launch functions pass arrays only): cp.async
+  EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8, "sm_90a", false),
             "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n"
             "dot bf16[128,64] x bf16[64,128]: wgmma m64n128k16, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
-  // sm_80 has no wgmma: mma.sync from registers, nothing pipelined
-  EXPECT_EQ(dots_of(64, pl::bf16, false, false, 3, 128, 8, "sm_80"), "");
 }
 
 TEST(CudaLayout, PipelinerChoosesItsLoads) {
+  // rows of 32 f16 (64 bytes) are less than a 128-byte TMA box: cp.async
   EXPECT_EQ(dots_of(32, pl::f16, true, false, 4),
             "loop: 4 stages, 5 buffers of 32768 bytes, copies 3 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
@@ -176,8 +189,8 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
   // 64 KiB a stage: the fourth buffer for the dot in flight would not fit in 200 KiB, three
   // stages without it do; 96 KiB a stage: two buffers; 192 KiB a stage: not even 2
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 3, 128), "loop: 3 stages, 3 buffers of 65536 bytes, copies 2 iteration(s) ahead\n"
-            "  pipelined by cp.async: operand A (bf16[128,128], K-major) of the dot giving f32[128,128]\n"
-            "  pipelined by cp.async: operand B (bf16[128,128], MN-major) of the dot giving f32[128,128]\n"
+            "  pipelined by TMA: operand A (bf16[128,128], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by TMA: operand B (bf16[128,128], MN-major) of the dot giving f32[128,128]\n"
             "dot bf16[128,128] x bf16[128,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 54), "loop: 2 stages, 2 buffers of 98304 bytes, copies 1 ite");
   EXPECT_EQ(dots_of(256, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
@@ -194,8 +207,8 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
   EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text,
             "loop: operand bf16[64,64] stays in shared memory (K-major)\n"
             "loop: 3 stages, 3 buffers of 16384 bytes, copies 2 iteration(s) ahead\n"
-            "  pipelined by cp.async: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
-            "  pipelined by cp.async: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
+            "  pipelined by TMA: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
+            "  pipelined by TMA: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
             "dot bf16[64,64] x bf16[64,64]^T: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
             "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
 }

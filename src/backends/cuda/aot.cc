@@ -81,7 +81,7 @@ void generate(const std::vector<Entry>& entries, const std::vector<std::string>&
       parse_arch(arch, &major, &minor, &specific);
       std::shared_ptr<const cuda::Compiled> c;
       try {
-        c = cuda::compile_call(pc, arch);
+        c = cuda::compile_call(pc, arch, /*tensor_maps=*/false);  // launch functions pass arrays only
       } catch (const Error& e) {
         throw Error(what + " for " + arch + ": " + e.what());
       }

@@ -110,7 +110,7 @@ std::string identity_key(const core::PallasCall& call) {
   return k;
 }
 
-std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch) {
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps) {
   // Two levels: the call's identity (cheap on every call: the jaxpr objects, kept alive by the
   // entry so their addresses are never reused, and everything else the code depends on), then
   // its structural hash (equal calls traced apart share one kernel).
@@ -121,7 +121,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   static std::mutex mu;
   static std::unordered_map<std::string, ByIdentity> by_identity;
   static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
-  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch;
+  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch + (tensor_maps ? "" : "/no-tma");
   std::string id_key = identity_key(call) + tail;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -159,7 +159,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
       c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
     }
   }
-  if (!c->matmul && !c->attention) c->lowered = lower(call, arch);
+  if (!c->matmul && !c->attention) c->lowered = lower(call, arch, tensor_maps);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())

@@ -23,8 +23,9 @@ struct Compiled {
   std::optional<sm90::AttentionPlan> attention;
 };
 
-// The lowered, compiled kernel of a call (cached in memory by call hash + arch).
-std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch);
+// The lowered, compiled kernel of a call (cached in memory by call hash + arch). tensor_maps:
+// as lower()'s (false for AOT kernels).
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true);
 std::string nvrtc_version();
 
 }  // namespace pallas::cuda

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "src/backends/cuda/rules.h"
+#include "src/backends/cuda/sm90/device_sources.inc"
 #include "src/ir/dependence.h"
 
 namespace pallas::cuda {
@@ -205,6 +206,13 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
   unsynced_reads = true;
 }
 
+std::string Emitter::tensor_map(const TensorMapSpec& m) {
+  size_t i = 0;
+  while (i < tensor_maps.size() && !(tensor_maps[i] == m)) ++i;
+  if (i == tensor_maps.size()) tensor_maps.push_back(m);
+  return "tm" + std::to_string(i);
+}
+
 namespace {
 
 std::string sanitize(const std::string& s) {
@@ -215,7 +223,7 @@ std::string sanitize(const std::string& s) {
 
 }  // namespace
 
-Lowered lower(const core::PallasCall& call, const std::string& arch) {
+Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor_maps) {
   const core::GridMapping& gm = call.grid;
   int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
   Lowered L;
@@ -225,6 +233,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
   E.wgmma = arch == "sm_90a";
+  E.tma = E.wgmma && tensor_maps && !std::getenv("PALLAS_NO_TMA");
   E.num_stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
   E.checks_enabled = call.debug;
   // The passes before emission: layouts and vector accesses (layout.h).
@@ -327,6 +336,11 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
     RefInfo r;
     r.dtype = bm.array.dtype;
     r.base = "(((" + ctype(r.dtype) + "*)p" + std::to_string(a) + ") + " + off + ")";
+    if (a >= np && a < np + nin) {
+      r.param = static_cast<int>(a);
+      r.array_shape = as;
+      for (size_t d = 0; d < rank; ++d) r.origin.push_back("org" + std::to_string(a) + "_" + std::to_string(d));
+    }
     // Blocks may overhang the array on either side (an index map may return any block
     // index): coordinates are bounded below by -origin and above by size - origin, and a
     // squeezed dimension's one index must lie inside the array, as in the interpreter.
@@ -338,6 +352,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
       }
       r.shape.push_back(bm.block_shape[d]);
       r.strides.push_back(st[d]);
+      if (r.param >= 0) r.array_dim.push_back(static_cast<int>(d));
       r.lim.push_back("(" + std::to_string(as[d]) + "ll - " + org + ")");
       r.low.push_back("(-" + org + ")");
     }
@@ -471,8 +486,10 @@ Lowered lower(const core::PallasCall& call, const std::string& arch) {
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;
+  L.tensor_maps = E.tensor_maps;
+  for (size_t m = 0; m < L.tensor_maps.size(); ++m) params += ", const __grid_constant__ pallas_dev::TensorMap tm" + std::to_string(m);
   std::ostringstream src;
-  src << prelude() << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
+  src << prelude() << (L.tensor_maps.empty() ? "" : kTmaCuh) << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
       << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
       << E.body.str() << "}\n";
   L.source = src.str();

@@ -33,6 +33,12 @@ struct RefInfo {
   std::vector<std::string> lim;  // per dim: "" or an expression bounding the coordinate (array edge)
   std::vector<std::string> low;  // per dim: "" or the lowest coordinate inside the array (-origin)
   std::string valid;             // "" or a condition for the whole block (squeezed dims in range)
+  // A block of an input array (else param = -1): where the block lies in its array, for TMA
+  // tensor copies (pipeline.cc), which address the whole array by coordinates.
+  int param = -1;                   // the kernel's array parameter p<param>
+  Shape array_shape;                // the array's shape (row-major)
+  std::vector<std::string> origin;  // per array dim: the block's origin there (a C expression)
+  std::vector<int> array_dim;       // per ref dim: its array dim (the others are squeezed)
   // Several programs on parallel grid axes may write this block (an output whose index map
   // ignores such an axis, or reads scalar-prefetch data): accumulation must be atomic.
   bool shared_by_parallel_programs = false;
@@ -48,6 +54,17 @@ struct PrintSite {
   int64_t slots() const;  // record size, header included
 };
 
+// A TMA tensor map the kernel takes as a parameter (tm<i>, after the others): the runner
+// encodes it at each launch over the array parameter p<param> (its pointer), with the
+// 128-byte swizzle and zero fill outside the array.
+struct TensorMapSpec {
+  int param = 0;
+  DType dtype = DType::BF16;
+  Shape array_shape;  // row-major, outermost first
+  Shape box;          // per array dim, outermost first; the innermost is 128 bytes
+  bool operator==(const TensorMapSpec&) const = default;
+};
+
 struct Lowered {
   std::string name;    // kernel symbol
   std::string source;  // complete CUDA C++ translation unit
@@ -59,6 +76,7 @@ struct Lowered {
   std::string layout_text;  // the layout pass's plan (PALLAS_DUMP_PASSES, golden tests)
   std::string values_text;  // the value-layout pass's decisions (PALLAS_DUMP_PASSES)
   std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
+  std::vector<TensorMapSpec> tensor_maps;
 };
 
 class Emitter {
@@ -105,6 +123,10 @@ class Emitter {
   const std::unordered_map<const ir::Eqn*, std::string>* eqn_text = nullptr;
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
   bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
+  bool tma = false;             // the loop pipeliner may copy blocks with TMA (sm_90a, not for AOT)
+  std::vector<TensorMapSpec> tensor_maps;  // the kernel's TMA maps so far
+  // The C name of the kernel's tensor-map parameter for `m` (one per distinct map).
+  std::string tensor_map(const TensorMapSpec& m);
 
   void line(const std::string& s);
   std::string fresh(const std::string& prefix = "t");
@@ -177,6 +199,8 @@ using LowerRule = std::function<void(Emitter&, const ir::Eqn&)>;
 ir::RuleTable<LowerRule>& lowering_rules();
 
 // Whole call -> translation unit for `arch` (e.g. "sm_90a"; "" = any sm_80+ GPU).
-Lowered lower(const core::PallasCall& call, const std::string& arch = "");
+// tensor_maps: the loop pipeliner may copy with TMA (sm_90a), the kernel then takes tensor maps
+// the launcher encodes (not for AOT kernels, whose launch functions pass arrays only).
+Lowered lower(const core::PallasCall& call, const std::string& arch = "", bool tensor_maps = true);
 
 }  // namespace pallas::cuda

@@ -94,13 +94,91 @@ void foreach_transposed_chunk(Emitter& E, const PipelinedLoad& l, const std::fun
   E.line("}}");
 }
 
+// Whether the load can be a TMA copy into its tile, and the tensor map it then takes: the
+// load reads a 2-D window [rows, cols] of an input's block with unit strides, the columns
+// along the array's contiguous last dimension in whole 128-byte boxes, the rows along another
+// dimension (at most 256 of them), the others indexed by integers or squeezed.
+bool plan_tma(const Emitter& E, PipelinedLoad& l) {
+  const ir::Eqn& load = *l.load;
+  auto it = E.refs.find(std::get<ir::Var>(load.in[0]).id);
+  if (!E.tma || it == E.refs.end() || it->second.param < 0) return false;
+  const RefInfo& r = it->second;
+  DType t = load.out[0].aval.dtype;
+  const Shape& s = load.out[0].aval.shape;
+  int64_t item = static_cast<int64_t>(itemsize(t)), per_box = 128 / item;
+  size_t rank = r.array_shape.size();
+  if ((item != 1 && item != 2) || s.size() != 2 || rank > 5 || s[0] > 256 || s[1] % per_box || (r.array_shape.back() * item) % 16) return false;
+  const auto& ix = load.params.get<ir::NDIndexer>("idx");
+  if (ix.dims.size() != r.array_dim.size()) return false;
+  std::vector<int> slices;  // the array dims of the load's slices, in order
+  for (size_t k = 0; k < ix.dims.size(); ++k) {
+    const ir::IndexDim& x = ix.dims[k];
+    if (x.kind == ir::IndexDim::Kind::Array) return false;
+    bool slice = x.kind == ir::IndexDim::Kind::Slice || x.kind == ir::IndexDim::Kind::DynSlice;
+    if (slice && x.stride != 1) return false;
+    if (slice) slices.push_back(r.array_dim[k]);
+  }
+  if (slices.size() != 2 || slices[1] != static_cast<int>(rank) - 1) return false;
+  int64_t sub = (l.tile.k_major ? l.tile.mn : l.tile.kp);
+  if (sub % 8) return false;  // each box's destination 1024-aligned, as the swizzle pattern needs
+  l.row_dim = slices[0], l.col_dim = slices[1];
+  l.map.param = r.param;
+  l.map.dtype = t;
+  l.map.array_shape = r.array_shape;
+  l.map.box.assign(rank, 1);
+  l.map.box[static_cast<size_t>(l.row_dim)] = s[0];
+  l.map.box[static_cast<size_t>(l.col_dim)] = per_box;
+  return true;
+}
+
+// Emits the load's TMA copies (thread 0) into the tile at dst, completing on mbarrier bar.
+void issue_tma(Emitter& E, const PipelinedLoad& l, const std::string& dst, const std::string& bar) {
+  const ir::Eqn& load = *l.load;
+  const RefInfo& r = E.refs.at(std::get<ir::Var>(load.in[0]).id);
+  const auto& ix = load.params.get<ir::NDIndexer>("idx");
+  size_t start = static_cast<size_t>(load.params.get_int("idx_start"));
+  std::vector<std::string> coord = r.origin;  // the block's origin, plus the load's offsets in it
+  for (size_t k = 0; k < ix.dims.size(); ++k) {
+    const ir::IndexDim& x = ix.dims[k];
+    bool dynamic = x.kind == ir::IndexDim::Kind::DynSlice || x.kind == ir::IndexDim::Kind::DynIndex;
+    std::string at = dynamic ? "(long long)" + E.name(load.in[start + static_cast<size_t>(x.operand)]) : std::to_string(x.start) + "ll";
+    coord[static_cast<size_t>(r.array_dim[k])] += " + " + at;
+  }
+  std::string map = "&" + E.tensor_map(l.map);
+  int64_t per_box = l.map.box[static_cast<size_t>(l.col_dim)], boxes = load.out[0].aval.shape[1] / per_box;
+  int64_t box_bytes = (l.tile.k_major ? l.tile.mn : l.tile.kp) * 128;
+  size_t rank = coord.size();
+  for (int64_t j = 0; j < boxes; ++j) {
+    std::string c;
+    for (size_t d = rank; d-- > 0;)  // innermost first
+      c += std::string(d + 1 == rank ? "" : ", ") + "(int)(" + coord[d] + (static_cast<int>(d) == l.col_dim && j ? " + " + std::to_string(j * per_box) : "") + ")";
+    E.line("  pallas_dev::tma_load<" + std::to_string(rank) + ">(" + dst + " + " + std::to_string(j * box_bytes) + ", " + map + ", " + bar + ", {" + c + "});");
+  }
+}
+
 // Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
 void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi) {
   E.line("if (" + it + " < " + hi + ") {");
   ++E.depth;
   E.names[body.invars[0].id] = "(" + it + ")";
+  std::unordered_set<const ir::Eqn*> done;  // index eqns two loads share are emitted once
+  auto index_eqns = [&](const PipelinedLoad& l) {
+    for (const ir::Eqn* x : l.index_eqns)
+      if (done.insert(x).second) lowering_rules().get(x->prim->id)(E, *x);
+  };
+  if (p.tma_bytes) {  // one thread: the stage's transaction count, then its tensor copies
+    for (const PipelinedLoad& l : p.loads)
+      if (l.tma) index_eqns(l);
+    std::string bar = p.bars + " + (" + stage + ")";
+    E.line("if (threadIdx.x == 0) {");
+    E.line("  pallas_dev::mbar_expect_tx(" + bar + ", " + std::to_string(p.tma_bytes) + ");");
+    for (const PipelinedLoad& l : p.loads)
+      if (l.tma) issue_tma(E, l, "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")", bar);
+    E.line("}");
+  }
   for (const PipelinedLoad& l : p.loads) {
-    for (const ir::Eqn* x : l.index_eqns) lowering_rules().get(x->prim->id)(E, *x);
+    if (l.tma) continue;
+    index_eqns(l);
     std::string dst = "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
     int64_t cols = l.load->out[0].aval.shape[1];
     const SwizzledTile& L = l.tile;
@@ -123,7 +201,7 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
   }
   --E.depth;
   E.line("}");
-  E.line("cp_async_commit();");
+  if (p.any_cp_async) E.line("cp_async_commit();");
 }
 
 }  // namespace
@@ -172,6 +250,12 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       l.off = p.stage_bytes;
       size_t staging = static_cast<size_t>(load.out[0].aval.size()) * 4;
       p.stage_bytes += ((l.staged() ? staging : tile->bytes) + 1023) & ~size_t{1023};
+      if (l.tf32 == Tf32::None && plan_tma(E, l)) {
+        l.tma = true;
+        p.tma_bytes += static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
+      } else {
+        p.any_cp_async = true;
+      }
       if (l.staged()) {
         l.tile_off = p.tiles_bytes;
         p.tiles_bytes += (tile->bytes + 1023) & ~size_t{1023};
@@ -216,7 +300,8 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
-  size_t bytes = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes + 1024;
+  size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
+  size_t bytes = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0) + 1024;
   E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
@@ -224,7 +309,13 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
                      " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "");
   E.line("// loop pipeline: " + what);
-  E.sync();  // the buffers may hold the exchange region's last use
+  if (p.tma_bytes) {
+    p.bars = E.fresh("bars");
+    E.line("u64* " + p.bars + " = (u64*)(" + p.base + " + " + std::to_string(bars_at) + ");");
+    E.line("if (threadIdx.x == 0) { for (int s = 0; s < " + std::to_string(p.buffers) + "; ++s) pallas_dev::mbar_init(" + p.bars +
+           " + s, 1); pallas_dev::mbar_fence_init(); }");
+  }
+  E.sync();  // the buffers may hold the exchange region's last use (and the mbarriers are set)
   if (p.dot_in_flight) E.wgmma_in_flight = p.dot_in_flight;
   // the prologue: iterations lo .. lo + ahead - 1 into buffers 0 .. ahead - 1 (a rolled loop:
   // one copy of the issue code, which NVRTC compiles once)
@@ -237,7 +328,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
-    E.dots_text += std::string("  pipelined by cp.async") + tf32_text(l.tf32) + ": operand " +
+    E.dots_text += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + tf32_text(l.tf32) + ": operand " +
                    (l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") +
                    ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
 }
@@ -272,9 +363,14 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   // than this iteration's when it is waited for. The refill comes after the barrier: by then
   // every warp has finished the dots of the iteration that last read the stage refilled (the
   // one before, or two before with the dot in flight), so the dots need no barrier after them.
-  E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
-  round_own_copies(E, p, it, lo);
-  E.line("fence_proxy_async();");
+  std::string buf = "((" + it + " - " + lo + ") % " + S + ")";
+  if (p.tma_bytes)  // the stage's tensor copies have landed: its mbarrier's phase for this use
+    E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
+  if (p.any_cp_async) {
+    E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
+    round_own_copies(E, p, it, lo);
+    E.line("fence_proxy_async();");  // generic-proxy writes, then the tensor cores' async proxy reads
+  }
   E.sync();  // every thread's copies of this stage have landed
   refill();
   E.operand_tiles_fenced = true;
@@ -312,8 +408,10 @@ void end_pipeline(Emitter& E, const LoopPipeline& p) {
     fence_fragments(E, E.dot_into_fragments.at(p.dot_in_flight), L.slots(), p.dot_in_flight->out[0].aval.dtype != DType::I32);
     E.wgmma_in_flight = nullptr;
   }
-  E.line("cp_async_wait<0>();");
+  if (p.any_cp_async) E.line("cp_async_wait<0>();");
   E.sync();
+  if (p.tma_bytes)  // before the memory is anything else (every copy was waited for in the loop)
+    E.line("if (threadIdx.x == 0) for (int s = 0; s < " + std::to_string(p.buffers) + "; ++s) pallas_dev::mbar_inval(" + p.bars + " + s);");
   for (const PipelinedLoad& l : p.loads) {
     E.absorbed.erase(l.load);
     E.smem_operands.erase(l.load->out[0].id);

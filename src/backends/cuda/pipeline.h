@@ -1,10 +1,14 @@
 // Software pipelining of a fori_loop's loads that feed tensor-core dots (Triton's loop
 // pipeliner, in this backend's terms). A load in the loop body whose only user is a wgmma dot
 // operand, whose indices follow from the loop index alone and whose ref no op of the body
-// writes, goes global -> shared with cp.async straight into the dot's swizzled operand tile,
-// num_stages - 1 iterations ahead, through num_stages buffers: the copies of the next
-// iterations overlap this one's tensor-core work, and the operand never passes through
-// registers.
+// writes, goes global -> shared straight into the dot's swizzled operand tile, num_stages - 1
+// iterations ahead, through num_stages buffers: the copies of the next iterations overlap this
+// one's tensor-core work, and the operand never passes through registers.
+//
+// The copy is a TMA tensor copy where the block allows (an input's block, 16-bit or 8-bit
+// elements, rows of whole 128-byte boxes, unit strides): one thread issues it and every thread
+// waits on the stage's mbarrier. Otherwise every thread issues 16-byte cp.async pieces and
+// waits for its own copy groups.
 //
 // f32 operands of tf32 dots (tf32 wgmma reads K-major tiles only) go the same way and are
 // rounded to tf32 in place, each thread rounding the words it copied itself, between its
@@ -48,6 +52,12 @@ struct PipelinedLoad {
   };
   Tf32 tf32 = Tf32::None;
   bool staged() const { return tf32 == Tf32::Staged; }
+  // Copied by TMA (sm_90a): one thread issues the tile's boxes (128 bytes of the contiguous
+  // dimension by all the rows each), completing on the stage's mbarrier, instead of every
+  // thread issuing 16-byte cp.async with its own address and bounds arithmetic.
+  bool tma = false;
+  TensorMapSpec map;
+  int col_dim = 0, row_dim = 0;  // the array dims of the load's columns (contiguous) and rows
   size_t tile_off = 0;                      // the swizzled tile, after the stage buffers
 };
 
@@ -59,8 +69,11 @@ struct LoopPipeline {
   std::vector<PipelinedLoad> loads;
   size_t stage_bytes = 0;
   size_t tiles_bytes = 0;  // the staged loads' swizzled tiles (one each, after the buffers)
+  size_t tma_bytes = 0;    // bytes a stage's TMA copies bring (the mbarrier's transaction count)
+  bool any_cp_async = false;
   // emission state
   std::string base;   // C name of the (1024-aligned) buffers
+  std::string bars;   // C name of the stages' mbarriers (TMA), one per buffer
   size_t saved_xoff = 0;
   bool saved_fenced = false;
 };

@@ -120,6 +120,33 @@ void encode_2d(void* map, DType t, const void* base, uint64_t inner, uint64_t ou
         what + ": encoding a tensor map");
 }
 
+// A tensor map of the general lowering's loop pipeliner (lower.h, TensorMapSpec) over `base`:
+// the whole row-major array, boxes of spec.box, the 128-byte swizzle, zeros outside.
+void encode_map(void* map, const TensorMapSpec& spec, const void* base, const std::string& what) {
+  const Driver& d = driver();
+  if (!d.cuTensorMapEncodeTiled) throw Error(what + ": the driver lacks cuTensorMapEncodeTiled (too old for TMA)");
+  if (reinterpret_cast<uintptr_t>(base) % 16)
+    throw Error(what + ": an input's device pointer is not 16-byte aligned, which the kernel's tensor copies need; pass an aligned array "
+                "(or set PALLAS_NO_TMA=1)");
+  size_t rank = spec.array_shape.size(), item = itemsize(spec.dtype);
+  cuuint64_t dims[5], strides[4];
+  cuuint32_t box[5], es[5];
+  cuuint64_t stride = item;
+  for (size_t i = 0; i < rank; ++i) {  // innermost first
+    size_t dim = rank - 1 - i;
+    dims[i] = static_cast<cuuint64_t>(spec.array_shape[dim]);
+    box[i] = static_cast<cuuint32_t>(spec.box[dim]);
+    es[i] = 1;
+    if (i) strides[i - 1] = stride;
+    stride *= dims[i];
+  }
+  CUtensorMapDataType dt = item == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : item == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32;
+  check(d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(map), dt, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, es,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        what + ": encoding a tensor map");
+}
+
 // Launches a kernel of the sm_90a fast paths (TMA descriptors as parameters).
 void launch_fast(const Compiled& c, CUfunction f, const std::vector<Array>& ins, Array& out, const std::string& what) {
   const Driver& d = driver();
@@ -333,6 +360,15 @@ struct CudaRunner final : core::BackendRunner {
     int poison_flag = poison ? 1 : 0;
     kp.push_back(&poison_flag);
     for (auto& x : dyn) kp.push_back(&x);
+    struct alignas(64) Map {
+      unsigned char bytes[128];
+    };
+    std::vector<Map> maps(c->lowered.tensor_maps.size());
+    for (size_t m = 0; m < maps.size(); ++m) {
+      const TensorMapSpec& spec = c->lowered.tensor_maps[m];
+      encode_map(&maps[m], spec, reinterpret_cast<const void*>(ptrs[static_cast<size_t>(spec.param)]), call.what);
+      kp.push_back(&maps[m]);
+    }
     unsigned gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
     unsigned gy = static_cast<unsigned>((total + gx - 1) / gx);
     check(d.cuLaunchKernel(f, gx, gy, 1, static_cast<unsigned>(c->lowered.threads), 1, 1,
