@@ -259,6 +259,38 @@ int main() {
       }
     std::printf("%s_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err, first_ms);
   }
+  if (section("tf32")) {  // the f32 (tf32) user matmul over block shapes, stages and warps (CUDA_BENCH_ONLY=tf32)
+    int64_t n = 4096;
+    auto a = pl::random::normal({n, n}, pl::f32, 4).to(pl::Device::cuda(0));
+    auto b = pl::random::normal({n, n}, pl::f32, 5).to(pl::Device::cuda(0));
+    struct C { int64_t bm, bn, bk; int warps, stages; };
+    for (C c : {C{128, 128, 32, 8, 3}, C{128, 128, 32, 8, 2}, C{128, 128, 32, 4, 3}, C{128, 128, 16, 8, 4}, C{128, 256, 32, 8, 2},
+                C{128, 128, 64, 8, 2}, C{64, 128, 32, 4, 3}}) {
+      auto k = pl::pallas_call(
+          [n, c](pl::Ref x, pl::Ref y, pl::Ref o) {
+            o[pl::all] = pl::fori_loop(0, int(n / c.bk), pl::Value(pl::zeros({c.bm, c.bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+              return acc + pl::dot(x(pl::all, pl::ds(kk * c.bk, c.bk)), y(pl::ds(kk * c.bk, c.bk), pl::all));
+            });
+          },
+          pl::ShapeDtype({n, n}, pl::f32),
+          {.grid = {n / c.bm, n / c.bn},
+           .in_specs = {pl::BlockSpec({c.bm, n}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
+                        pl::BlockSpec({n, c.bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
+           .out_specs = {pl::BlockSpec({c.bm, c.bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+           .name = "tf32_sweep", .compiler_params = {.num_warps = c.warps, .num_stages = c.stages}});
+      pl::Array out;
+      try {
+        out = k(a, b);
+      } catch (const pl::Error& e) {
+        std::printf("tf32_matmul_sweep,0,-,0,bm=%lld bn=%lld bk=%lld w%d s%d error: %.120s\n", (long long)c.bm, (long long)c.bn, (long long)c.bk, c.warps,
+                    c.stages, e.what());
+        continue;
+      }
+      double ms = median_ms([&] { out = k(a, b); }, 5);
+      std::printf("tf32_matmul_sweep,%.4f,TFLOP/s,%.2f,bm=%lld bn=%lld bk=%lld w%d s%d\n", ms, 2.0 * n * n * n / ms / 1e9, (long long)c.bm, (long long)c.bn,
+                  (long long)c.bk, c.warps, c.stages);
+    }
+  }
   if (section("autotune")) {  // the library's matmul tuned by pl::autotune, against its default configuration
     int64_t n = 4096;
     auto a = pl::random::normal({n, n}, pl::bf16, 12).to(pl::Device::cuda(0));
