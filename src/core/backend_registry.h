@@ -26,7 +26,7 @@ struct BackendRunner {
   // interpreter when it has not).
   virtual bool can_run(const PallasCall& call) const { return true; }
   // `outs` (nullptr: allocate): arrays to write the outputs into, checked by core (Call::into);
-  // the returned outputs are those arrays.
+  // the returned outputs are then those arrays, or nothing (the CUDA runner: no copy per call).
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) const = 0;
   // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
   virtual void compile_check(const PallasCall& call) const {}

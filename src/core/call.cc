@@ -11,7 +11,10 @@ namespace detail {
 
 const core::PallasCall& CallState::get(const std::vector<ShapeDtype>& inputs) {
   std::lock_guard<std::mutex> g(mu);
-  if (!traced) traced = build ? build(inputs) : core::trace_call(body, out_shapes, opts, what, inputs);
+  if (!traced) {
+    traced = build ? build(inputs) : core::trace_call(body, out_shapes, opts, what, inputs);
+    ready.store(true, std::memory_order_release);
+  }
   return *traced;
 }
 
@@ -41,7 +44,7 @@ std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> ou
 namespace {
 // The traced call for these arguments (tracing on first use), the arguments checked against it.
 const core::PallasCall& traced_for(detail::CallState& st, const std::vector<Array>& args) {
-  if (!st.traced) {
+  if (!st.ready.load(std::memory_order_acquire)) {
     int nd = 0;
     for (int64_t g : st.opts.grid) nd += g < 0;
     if (args.size() < static_cast<size_t>(nd))
@@ -74,7 +77,7 @@ void Call::into(const std::vector<Array>& outs, const std::vector<Array>& args) 
                 " outputs");
   for (size_t k = 0; k < outs.size(); ++k) {
     if (!outs[k].defined()) throw Error(st.what + ": into(): output " + std::to_string(k) + " is an empty Array");
-    if (outs[k].shape_dtype() != st.out_shapes[k])
+    if (outs[k].dtype() != st.out_shapes[k].dtype || outs[k].shape() != st.out_shapes[k].shape)
       throw Error(st.what + ": into(): output " + std::to_string(k) + " is " + outs[k].shape_dtype().str() + " but the call returns " +
                   st.out_shapes[k].str());
   }
@@ -95,7 +98,7 @@ Array Call::single(const std::vector<Array>& args) const {
   if (outs.size() != 1)
     throw Error(state_->what + ": the call has " + std::to_string(outs.size()) +
                 " outputs; use the vector form, call({args...}), to get all of them");
-  return outs[0];
+  return std::move(outs[0]);
 }
 
 const Call& Call::trace(const std::vector<ShapeDtype>& inputs) const {
@@ -171,6 +174,8 @@ Backend resolve_backend(const PallasCall& call) {
   return have_gpu && gpu->can_run(call) ? Backend::Cuda : Backend::Interpret;
 }
 
+// With `outs`, the outputs are written there and the result may be empty (Call::into ignores
+// it; the CUDA runner returns nothing, to spare a copy of the vector on every call).
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) {
   if (resolve_backend(call) == Backend::Cuda) {
     count_run(Backend::Cuda);

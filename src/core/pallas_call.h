@@ -1,7 +1,9 @@
 // The unit every stage takes: a PallasCall (kernel IR + GridMapping + call parameters).
 #pragma once
+#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -44,6 +46,38 @@ struct GridMapping {
   bool any_sequential() const;
 };
 
+// What a backend binds to one PallasCall on its first run and reuses on every later one (the
+// CUDA runner's loaded kernel and launch layout: src/backends/cuda/runner.cc), so that a
+// cached call does no lookups. Immutable once installed.
+struct BoundState {
+  virtual ~BoundState() = default;
+};
+
+// A PallasCall's slot for its BoundState: set at most once (the first installer wins, with
+// no lock on the read side), dropped with the call. A copy of a PallasCall starts empty, and
+// assigning one empties it: the copy may be changed before it runs (compile_for's arch, a
+// transformation's rewrite), and the state describes the call it was bound to only.
+class BoundSlot {
+ public:
+  BoundSlot() = default;
+  BoundSlot(const BoundSlot&) noexcept {}
+  BoundSlot& operator=(const BoundSlot&) noexcept {
+    delete p_.exchange(nullptr, std::memory_order_acq_rel);
+    return *this;
+  }
+  ~BoundSlot() { delete p_.load(std::memory_order_relaxed); }
+  const BoundState* get() const { return p_.load(std::memory_order_acquire); }
+  // Installs s unless another thread got there first (then s is dropped); the state installed.
+  const BoundState* install(std::unique_ptr<BoundState> s) const {
+    BoundState* expected = nullptr;
+    if (p_.compare_exchange_strong(expected, s.get(), std::memory_order_acq_rel, std::memory_order_acquire)) return s.release();
+    return expected;
+  }
+
+ private:
+  mutable std::atomic<BoundState*> p_{nullptr};
+};
+
 struct PallasCall {
   std::string name;  // user's name (may be empty)
   std::string what;  // "kernel 'name'" or "kernel at file:line": prefix of every error
@@ -55,6 +89,7 @@ struct PallasCall {
   Backend backend = Backend::Auto;
   bool debug = false;
   InterpretParams interpret_params;  // not part of text() or hash(): the GPU ignores them
+  BoundSlot bound;  // the CUDA runner's pre-bound launch (not part of text() or hash())
 
   std::vector<ShapeDtype> input_shapes() const;  // prefetch, then inputs
   std::vector<ShapeDtype> output_shapes() const;
@@ -77,7 +112,8 @@ int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string
 // Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);
 
-// Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs.
+// Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs. With
+// `outs`, the outputs are written into them and the result may be empty.
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs = nullptr);
 
 // The backend a call runs on: its own choice, else PALLAS_BACKEND, else the GPU where one is
@@ -100,6 +136,9 @@ struct CallState {
   bool single_output = false;
   std::string what;
   std::optional<core::PallasCall> traced;
+  // Set (under mu) once `traced` is complete: calls read it without the lock, and a thread
+  // tracing the call's first run must not be seen half done by another calling it.
+  std::atomic<bool> ready{false};
   // Set by transformations (src/transforms): builds the PallasCall for these input shapes
   // instead of tracing `body`; and, where the result is not one PallasCall (vmap's explicit
   // loop, a batch of one), runs the call instead of executing `traced`.

@@ -284,22 +284,25 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   return c;
 }
 
+// On every call: compares in place (no copies of shapes), strings only for the error.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args) {
-  int nd = call.grid.num_dynamic_bounds();
-  auto ins = call.input_shapes();
-  if (args.size() != nd + ins.size())
+  const GridMapping& gm = call.grid;
+  size_t nd = static_cast<size_t>(gm.num_dynamic_bounds());
+  size_t n_ins = gm.prefetch.size() + gm.inputs.size();
+  if (args.size() != nd + n_ins)
     throw Error(call.what + ": called with " + plural(args.size(), "argument") + " but it takes " +
-                (nd ? plural(nd, "dynamic grid bound") + " and " : "") + plural(ins.size(), "input"));
-  for (int k = 0; k < nd; ++k)
+                (nd ? plural(nd, "dynamic grid bound") + " and " : "") + plural(n_ins, "input"));
+  for (size_t k = 0; k < nd; ++k)
     if (!args[k].defined() || !args[k].shape().empty() || !is_integer(args[k].dtype()))
       throw Error(call.what + ": argument " + std::to_string(k) +
                   " is a dynamic grid bound and must be an integer scalar Array (pl::Array::scalar(n))");
-  for (size_t k = 0; k < ins.size(); ++k) {
+  for (size_t k = 0; k < n_ins; ++k) {
     const Array& a = args[nd + k];
     if (!a.defined()) throw Error(call.what + ": input " + std::to_string(k) + " is an empty Array");
-    if (!(a.shape_dtype() == ins[k]))
+    const ShapeDtype& want = k < gm.prefetch.size() ? gm.prefetch[k] : gm.inputs[k - gm.prefetch.size()].array;
+    if (a.dtype() != want.dtype || a.shape() != want.shape)
       throw Error(call.what + ": input " + std::to_string(k) + " is " + a.shape_dtype().str() + " but the call was traced for " +
-                  ins[k].str() + "; make a new pallas_call for other shapes");
+                  want.str() + "; make a new pallas_call for other shapes");
   }
 }
 

@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -71,8 +72,87 @@ struct NvtxRange {
   ~NvtxRange() { nvtxDomainRangePop(nvtx_domain()); }
 };
 
+// PALLAS_CUDA_POISON, read once (the first GPU call): a getenv on every call costs more than
+// the rest of the call's checks.
+bool poison_env() {
+  static const bool on = std::getenv("PALLAS_CUDA_POISON") != nullptr;
+  return on;
+}
+
+// Small arrays of a launch's parameters: on the stack for the usual few, else on the heap.
+template <class T, size_t N>
+struct SmallArray {
+  explicit SmallArray(size_t n) : p(n <= N ? local : (heap = std::make_unique<T[]>(n)).get()) {}
+  T& operator[](size_t i) { return p[i]; }
+  T* data() { return p; }
+  T local[N];
+  std::unique_ptr<T[]> heap;
+  T* p;
+};
+
+// Everything about a call's launches that depends on the call alone, made by its first run
+// and kept in the PallasCall (core::BoundSlot), so that a cached call does no compile-cache
+// lookup (whose key is a string built from the whole call), no module-table lookup, no walk of
+// the jaxpr and no string building. Immutable once installed: calls from several threads
+// read it without a lock.
+struct Bound final : core::BoundState {
+  std::shared_ptr<const Compiled> compiled;  // keeps the module's Compiled (and `fn`) alive
+  CUfunction fn = nullptr;
+  nvtxStringHandle_t range = nullptr;
+  size_t num_dynamic = 0, num_inputs = 0, num_outputs = 0;
+  // Per input (after the dynamic bounds): the kernel writes its ref, so it gets a private copy.
+  std::vector<char> writes;
+  // Per output: the inputs aliased to it (input_output_aliases, in input order).
+  std::vector<std::vector<size_t>> aliased_from;
+  bool fast = false;  // an sm_90a fast path (its own parameters)
+  bool has_check = false, has_print = false;
+  // The launch's dimensions where the grid has no dynamic bounds (`empty`: no programs).
+  bool static_grid = false, empty = false;
+  unsigned gx = 1, gy = 1;
+  unsigned threads = 0, smem = 0;
+  std::string launching;  // the message of a failed launch
+};
+
+// The call's Bound, made (compiled, loaded, laid out) on its first run. Two threads may both
+// make one at first; compile_call and load hand both the same kernel, and the first to
+// install wins.
+const Bound& bound(const core::PallasCall& call, const std::string& arch) {
+  if (const core::BoundState* b = call.bound.get()) return static_cast<const Bound&>(*b);
+  auto b = std::make_unique<Bound>();
+  b->compiled = compile_call(call, arch);
+  const Compiled& c = *b->compiled;
+  const Loaded& kernel = load(b->compiled, call.what);
+  b->fn = kernel.fn;
+  b->range = kernel.range;
+  const core::GridMapping& gm = call.grid;
+  b->num_dynamic = static_cast<size_t>(gm.num_dynamic_bounds());
+  b->num_inputs = gm.prefetch.size() + gm.inputs.size();
+  b->num_outputs = gm.outputs.size();
+  for (size_t k = 0; k < b->num_inputs; ++k) b->writes.push_back(ir::writes_ref(*call.kernel, call.kernel->invars[k].id));
+  b->aliased_from.resize(b->num_outputs);
+  for (auto [i, o] : call.aliases) b->aliased_from[static_cast<size_t>(o)].push_back(static_cast<size_t>(i));
+  b->fast = c.matmul || c.attention;
+  b->has_check = c.lowered.has_check;
+  b->has_print = !c.lowered.print_sites.empty();
+  b->threads = static_cast<unsigned>(c.lowered.threads);
+  b->smem = static_cast<unsigned>(c.lowered.smem_bytes);
+  b->static_grid = b->num_dynamic == 0;
+  if (b->static_grid) {
+    int64_t total = 1, all = 1;
+    for (size_t a = 0; a < gm.grid.size(); ++a) {
+      all *= gm.grid[a];
+      if (!gm.sequential(a)) total *= gm.grid[a];
+    }
+    b->empty = all <= 0;
+    b->gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
+    b->gy = b->gx ? static_cast<unsigned>((total + b->gx - 1) / b->gx) : 1;
+  }
+  b->launching = call.what + ": launching " + c.lowered.name;
+  return static_cast<const Bound&>(*call.bound.install(std::move(b)));
+}
+
 // Fills a device array with the interpreter's poison (NaN, bool true, int min, uint max).
-void poison_fill(Array& a, const std::string& what) {
+void poison_fill(const Array& a, const std::string& what) {
   const Driver& d = driver();
   auto dev = reinterpret_cast<CUdeviceptr>(a.raw_data());
   size_t n = static_cast<size_t>(a.size());
@@ -147,32 +227,35 @@ void encode_map(void* map, const TensorMapSpec& spec, const void* base, const st
         what + ": encoding a tensor map");
 }
 
-// Launches a kernel of the sm_90a fast paths (TMA descriptors as parameters).
-void launch_fast(const Compiled& c, CUfunction f, const std::vector<Array>& ins, Array& out, const std::string& what) {
+// Launches a kernel of the sm_90a fast paths (TMA descriptors as parameters). `launching`:
+// the message of a failed launch, made once per call (Bound).
+void launch_fast(const Compiled& c, CUfunction f, const CUdeviceptr* ins, CUdeviceptr out, const std::string& what,
+                 const std::string& launching) {
   const Driver& d = driver();
   struct alignas(128) Map {
     unsigned char bytes[128];
   } maps[3];
-  void* cptr = out.raw_data();
+  void* cptr = reinterpret_cast<void*>(out);
+  auto in = [&](int k) { return reinterpret_cast<const void*>(ins[k]); };
+  CUresult r;
   if (c.matmul) {
     const auto& m = *c.matmul;
-    encode_2d(&maps[0], m.in, ins[0].raw_data(), m.k, m.m, 64, 128, what);
-    encode_2d(&maps[1], m.in, ins[1].raw_data(), m.n, m.k, 64, 64, what);
+    encode_2d(&maps[0], m.in, in(0), m.k, m.m, 64, 128, what);
+    encode_2d(&maps[1], m.in, in(1), m.n, m.k, 64, 64, what);
     int M = static_cast<int>(m.m), N = static_cast<int>(m.n), K = static_cast<int>(m.k);
     void* params[] = {&maps[0], &maps[1], &cptr, &M, &N, &K};
-    check(d.cuLaunchKernel(f, static_cast<unsigned>(m.grid), 1, 1, m.threads, 1, 1, m.smem_bytes, launch_stream(), params, nullptr),
-          what + ": launching " + m.entry);
+    r = d.cuLaunchKernel(f, static_cast<unsigned>(m.grid), 1, 1, m.threads, 1, 1, m.smem_bytes, launch_stream(), params, nullptr);
   } else {
     const auto& a = *c.attention;
     uint64_t rows = static_cast<uint64_t>(a.batch * a.heads * a.seq);
-    for (int k = 0; k < 3; ++k) encode_2d(&maps[k], a.dtype, ins[k].raw_data(), 128, rows, 64, 128, what);
+    for (int k = 0; k < 3; ++k) encode_2d(&maps[k], a.dtype, in(k), 128, rows, 64, 128, what);
     int seq = static_cast<int>(a.seq);
     float scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
     void* params[] = {&maps[0], &maps[1], &maps[2], &cptr, &seq, &scale_log2};
-    check(d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1,
-                           a.smem_bytes, launch_stream(), params, nullptr),
-          what + ": launching " + a.entry);
+    r = d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1, a.smem_bytes,
+                         launch_stream(), params, nullptr);
   }
+  if (r != CUDA_SUCCESS) check(r, launching);
 }
 
 // Prints debug_print's records after the kernel: in program order (the order of the
@@ -218,18 +301,19 @@ void print_log(const std::vector<PrintSite>& sites, CUdeviceptr plog, uint64_t c
 }
 
 struct CudaRunner final : core::BackendRunner {
-  bool available() const override { return !std::getenv("PALLAS_NO_CUDA") && driver().ok; }
-  std::string why_unavailable() const override {
-    return std::getenv("PALLAS_NO_CUDA") ? "PALLAS_NO_CUDA is set" : driver().why;
+  // PALLAS_NO_CUDA is read once (asked on every call by core::resolve_backend).
+  static bool no_cuda() {
+    static const bool set = std::getenv("PALLAS_NO_CUDA") != nullptr;
+    return set;
   }
+  bool available() const override { return !no_cuda() && driver().ok; }
+  std::string why_unavailable() const override { return no_cuda() ? "PALLAS_NO_CUDA is set" : driver().why; }
   void compile_check(const core::PallasCall& call) const override {
     compile_call(call, call.compiler_params.arch.empty() ? "sm_90a" : call.compiler_params.arch);
   }
+  // With `into`, the outputs are written there and nothing is returned (core::execute).
   std::vector<Array> run(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* into) const override {
-    std::vector<Array> outs = launch(call, args, into);
-    if (!into) return outs;
-    for (size_t k = 0; k < outs.size(); ++k) (*into)[k].copy_from(outs[k]);  // a no-op where written in place
-    return *into;
+    return launch(call, args, into);
   }
 
   std::vector<double> time_runs(const std::function<void()>& fn, int warmup, int reps, bool flush_l2) const override {
@@ -272,72 +356,96 @@ struct CudaRunner final : core::BackendRunner {
   }
 
  private:
+  // What a call does on the host, in order: check where the arguments live; make the context
+  // current (once per thread); take the call's Bound (made on the first run); read dynamic grid
+  // bounds; give host inputs and inputs the kernel writes a device copy of their own; make or
+  // take the outputs (aliased inputs copied in, poison in debug runs); launch; then, in debug
+  // runs only, print the kernel's log and report a failed check. A cached call of a kernel
+  // without dynamic bounds, prints or checks allocates only its new outputs (none for into).
   std::vector<Array> launch(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* into) const {
     const Driver& d = driver();
     for (const Array& a : args)
       if (!a.device().is_host() && a.device().index != 0)
         throw Error(call.what + ": an argument lives on " + a.device().str() + "; this backend runs on cuda:0 only so far");
     make_current(0);
-    auto c = compile_call(call, call.compiler_params.arch.empty() ? d.arch : call.compiler_params.arch);
-    const Loaded& kernel = load(c, call.what);
-    CUfunction f = kernel.fn;
-    NvtxRange range(kernel.range);
+    const Bound& b = bound(call, call.compiler_params.arch.empty() ? d.arch : call.compiler_params.arch);
+    const Compiled& c = *b.compiled;
+    NvtxRange range(b.range);
     const core::GridMapping& gm = call.grid;
-    int nd = gm.num_dynamic_bounds();
-    std::vector<int> dyn;
-    for (int k = 0; k < nd; ++k) {
-      int64_t v = args[static_cast<size_t>(k)].to_host().astype(DType::I64).to_vector<int64_t>()[0];
+    const size_t nd = b.num_dynamic, nin = b.num_inputs, nout = b.num_outputs;
+    SmallArray<int, 4> dyn(nd);
+    for (size_t k = 0; k < nd; ++k) {
+      // an integer scalar (core::check_arguments): converted in place, no arrays made
+      Array h = args[k].to_host();
+      int64_t v = 0;
+      convert_elements(h.dtype(), h.raw_data(), DType::I64, &v, 1);
       if (v < 0) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is negative (" + std::to_string(v) + ")");
       if (v > INT_MAX) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is " + std::to_string(v) + "; at most 2^31-1 per axis");
-      dyn.push_back(static_cast<int>(v));
+      dyn[k] = static_cast<int>(v);
     }
-    std::vector<Array> ins;
-    for (size_t k = static_cast<size_t>(nd); k < args.size(); ++k) {
-      Array a = args[k].device().is_host() ? args[k].to(Device::cuda(0)) : args[k];
-      // An input the kernel writes (its block ref, or a scalar-prefetch ref) is a private copy,
-      // as in the interpreter: the caller's array never changes.
-      if (a.raw_data() == args[k].raw_data() && ir::writes_ref(*call.kernel, call.kernel->invars[k - static_cast<size_t>(nd)].id))
-        a = a.copy();
-      ins.push_back(a);
+    // The kernel's pointer parameters: inputs, then outputs.
+    SmallArray<CUdeviceptr, 16> ptrs(nin + nout);
+    std::vector<Array> temps;  // device copies of inputs, alive until the launch is queued
+    for (size_t k = 0; k < nin; ++k) {
+      const Array& given = args[nd + k];
+      const Array* a = &given;
+      if (given.device().is_host()) {
+        temps.push_back(given.to(Device::cuda(0)));
+        a = &temps.back();
+      } else if (b.writes[k]) {
+        // An input the kernel writes (its block ref, or a scalar-prefetch ref) is a private
+        // copy, as in the interpreter: the caller's array never changes.
+        temps.push_back(given.copy());
+        a = &temps.back();
+      }
+      ptrs[k] = reinterpret_cast<CUdeviceptr>(a->raw_data());
     }
+    // Outputs: the caller's where into() gives one on this device (written in place), else new
+    // ones (into() then copies them to the caller's at the end).
     std::vector<Array> outs;
-    bool poison = call.debug || std::getenv("PALLAS_CUDA_POISON");
-    for (size_t o = 0; o < gm.outputs.size(); ++o) {
-      const ShapeDtype& sd = gm.outputs[o].array;
-      // an output array given on the device is written in place (Call::into); else a new one
-      bool given = into && (*into)[o].device() == Device::cuda(0);
-      Array out = given ? (*into)[o] : Array(sd.shape, sd.dtype, Device::cuda(0));
-      bool aliased = false;
-      for (auto [i, oi] : call.aliases)
-        if (static_cast<size_t>(oi) == o) {
-          aliased = true;
-          if (out.raw_data() == ins[static_cast<size_t>(i)].raw_data() || out.nbytes() == 0) continue;  // in place
-          check(d.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(out.raw_data()), reinterpret_cast<CUdeviceptr>(ins[static_cast<size_t>(i)].raw_data()),
-                                    out.nbytes(), launch_stream()),
-                call.what + ": copying an aliased input");
-        }
-      if (!aliased && poison) poison_fill(out, call.what);
-      outs.push_back(out);
+    if (!into) outs.resize(nout);
+    const bool poison = call.debug || poison_env();
+    for (size_t o = 0; o < nout; ++o) {
+      const Array* out;
+      if (into && (*into)[o].device() == Device::cuda(0)) {
+        out = &(*into)[o];
+      } else {
+        if (outs.empty()) outs.resize(nout);
+        const ShapeDtype& sd = gm.outputs[o].array;
+        outs[o] = Array(sd.shape, sd.dtype, Device::cuda(0));
+        out = &outs[o];
+      }
+      ptrs[nin + o] = reinterpret_cast<CUdeviceptr>(out->raw_data());
+      for (size_t i : b.aliased_from[o]) {
+        if (ptrs[nin + o] == ptrs[i] || out->nbytes() == 0) continue;  // in place
+        if (CUresult r = d.cuMemcpyDtoDAsync(ptrs[nin + o], ptrs[i], out->nbytes(), launch_stream()))
+          check(r, call.what + ": copying an aliased input");
+      }
+      if (b.aliased_from[o].empty() && poison) poison_fill(*out, call.what);
     }
-    if (c->matmul || c->attention) {
-      launch_fast(*c, f, ins, outs[0], call.what);
-      return outs;
+    if (b.fast) {
+      launch_fast(c, b.fn, ptrs.data(), ptrs[nin], call.what, b.launching);
+      return finish(into, std::move(outs));
     }
     // One CUDA block per program of the parallel axes; the sequential ones loop inside it.
-    int64_t total = 1, all = 1;
-    int di = 0;
-    for (size_t a = 0; a < gm.grid.size(); ++a) {
-      int64_t g = gm.grid[a] < 0 ? dyn[static_cast<size_t>(di++)] : gm.grid[a];
-      all *= g;
-      if (!gm.sequential(a)) total *= g;
+    unsigned gx = b.gx, gy = b.gy;
+    if (!b.static_grid) {
+      int64_t total = 1, all = 1;
+      size_t di = 0;
+      for (size_t a = 0; a < gm.grid.size(); ++a) {
+        int64_t g = gm.grid[a] < 0 ? dyn[di++] : gm.grid[a];
+        all *= g;
+        if (!gm.sequential(a)) total *= g;
+      }
+      if (all <= 0) return finish(into, std::move(outs));
+      gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
+      gy = static_cast<unsigned>((total + gx - 1) / gx);
+    } else if (b.empty) {
+      return finish(into, std::move(outs));
     }
-    if (all <= 0) return outs;
-    std::vector<CUdeviceptr> ptrs;
-    for (auto& a : ins) ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.raw_data()));
-    for (auto& a : outs) ptrs.push_back(reinterpret_cast<CUdeviceptr>(a.raw_data()));
     Array err;
     CUdeviceptr perr = 0;
-    if (c->lowered.has_check) {
+    if (b.has_check) {
       err = Array(Shape{2}, DType::I32, Device::cuda(0));
       perr = reinterpret_cast<CUdeviceptr>(err.raw_data());
       check(d.cuMemsetD32Async(perr, 0x7fffffff, 2, launch_stream()), call.what + ": check flag");
@@ -346,52 +454,65 @@ struct CudaRunner final : core::BackendRunner {
     Array log;
     CUdeviceptr plog = 0;
     constexpr uint64_t kLogSlots = uint64_t{1} << 21;  // 16 MiB
-    if (!c->lowered.print_sites.empty()) {
+    if (b.has_print) {
       log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(0));
       plog = reinterpret_cast<CUdeviceptr>(log.raw_data());
       uint64_t head[2] = {0, kLogSlots};
       check(d.cuMemcpyHtoDAsync(plog, head, sizeof head, launch_stream()), call.what + ": print log");
       sync_launch_stream(call.what + ": print log");  // `head` is on this stack
     }
-    std::vector<void*> kp;
-    for (auto& p : ptrs) kp.push_back(&p);
-    kp.push_back(&perr);
-    kp.push_back(&plog);
+    // The parameters, in the order lower() declares them: pointers, check flag, print log,
+    // poison flag, dynamic bounds.
     int poison_flag = poison ? 1 : 0;
-    kp.push_back(&poison_flag);
-    for (auto& x : dyn) kp.push_back(&x);
+    // Then the loop pipeliner's TMA tensor maps (lower.h, TensorMapSpec), encoded over this
+    // call's arrays.
     struct alignas(64) Map {
       unsigned char bytes[128];
     };
-    std::vector<Map> maps(c->lowered.tensor_maps.size());
-    for (size_t m = 0; m < maps.size(); ++m) {
-      const TensorMapSpec& spec = c->lowered.tensor_maps[m];
-      encode_map(&maps[m], spec, reinterpret_cast<const void*>(ptrs[static_cast<size_t>(spec.param)]), call.what);
-      kp.push_back(&maps[m]);
+    const std::vector<TensorMapSpec>& specs = c.lowered.tensor_maps;
+    SmallArray<Map, 4> maps(specs.size());
+    SmallArray<void*, 24> kp(nin + nout + 3 + nd + specs.size());
+    size_t np = 0;
+    for (size_t k = 0; k < nin + nout; ++k) kp[np++] = &ptrs[k];
+    kp[np++] = &perr;
+    kp[np++] = &plog;
+    kp[np++] = &poison_flag;
+    for (size_t k = 0; k < nd; ++k) kp[np++] = &dyn[k];
+    for (size_t m = 0; m < specs.size(); ++m) {
+      encode_map(&maps[m], specs[m], reinterpret_cast<const void*>(ptrs[static_cast<size_t>(specs[m].param)]), call.what);
+      kp[np++] = &maps[m];
     }
-    unsigned gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
-    unsigned gy = static_cast<unsigned>((total + gx - 1) / gx);
-    check(d.cuLaunchKernel(f, gx, gy, 1, static_cast<unsigned>(c->lowered.threads), 1, 1,
-                           static_cast<unsigned>(c->lowered.smem_bytes), launch_stream(), kp.data(), nullptr),
-          call.what + ": launching " + c->lowered.name);
-    auto program_id = [&](int64_t lin) {
-      std::vector<int64_t> pid(gm.grid.size());
-      for (size_t a = pid.size(), dk = dyn.size(); a-- > 0;) {
-        int64_t g = gm.grid[a] < 0 ? dyn[--dk] : gm.grid[a];
-        pid[a] = lin % g;
-        lin /= g;
-      }
-      return pid;
-    };
-    if (plog) print_log(c->lowered.print_sites, plog, kLogSlots, program_id, call.what);
-    if (c->lowered.has_check) {
-      auto e = err.to_host().to_vector<int32_t>();
-      if (e[0] != 0x7fffffff) {
-        std::string m = e[1] >= 0 && e[1] < static_cast<int>(c->lowered.check_messages.size()) ? c->lowered.check_messages[static_cast<size_t>(e[1])] : "";
-        throw Error(call.what + ": a check failed in program " + core::program_id_text(program_id(e[0])) + ": " + m);
+    if (CUresult r = d.cuLaunchKernel(b.fn, gx, gy, 1, b.threads, 1, 1, b.smem, launch_stream(), kp.data(), nullptr))
+      check(r, b.launching);
+    if (plog || b.has_check) {
+      auto program_id = [&](int64_t lin) {
+        std::vector<int64_t> pid(gm.grid.size());
+        for (size_t a = pid.size(), dk = nd; a-- > 0;) {
+          int64_t g = gm.grid[a] < 0 ? dyn[--dk] : gm.grid[a];
+          pid[a] = lin % g;
+          lin /= g;
+        }
+        return pid;
+      };
+      if (plog) print_log(c.lowered.print_sites, plog, kLogSlots, program_id, call.what);
+      if (b.has_check) {
+        auto e = err.to_host().to_vector<int32_t>();
+        if (e[0] != 0x7fffffff) {
+          std::string m = e[1] >= 0 && e[1] < static_cast<int>(c.lowered.check_messages.size()) ? c.lowered.check_messages[static_cast<size_t>(e[1])] : "";
+          throw Error(call.what + ": a check failed in program " + core::program_id_text(program_id(e[0])) + ": " + m);
+        }
       }
     }
-    return outs;
+    return finish(into, std::move(outs));
+  }
+
+  // The call's result: its new outputs; or, for into(), nothing, after copying the outputs
+  // made here (the caller's were not on this device) into the caller's arrays.
+  static std::vector<Array> finish(const std::vector<Array>* into, std::vector<Array> outs) {
+    if (!into) return outs;
+    for (size_t o = 0; o < outs.size(); ++o)
+      if (outs[o].defined()) (*into)[o].copy_from(outs[o]);
+    return {};
   }
 };
 
