@@ -169,10 +169,18 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "  pipelined by cp.async: operand A (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async: operand B (f16[128,32], K-major) of the dot giving f32[128,128]\n"
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
-  // f32 (tf32 dots): A (K contiguous) straight into its K-major tile, B (N contiguous) word
-  // by word into its transposed, K-major place; each thread rounds what it copied in place,
-  // so the dot stays in flight as for 16-bit operands
+  // f32 (tf32 dots) by TMA: A (K contiguous) straight into its K-major tile, rounded there by
+  // every thread; B (N contiguous) as loaded into a staging region of the stage, rounded by
+  // every thread into the stage's own K-major tile (a stage: A tile, B staging, B tile)
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
+            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
+            "  pipelined by TMA, rounded to tf32 in place: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by TMA into a staging region, rounded to tf32 into its transposed place: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"
+            "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
+  // without TMA (AOT kernels): A straight into its tile, B word by word into its transposed,
+  // K-major place; each thread rounds what it copied in place, so the dot stays in flight as
+  // for 16-bit operands
+  EXPECT_EQ(dots_of(32, pl::f32, false, false, 3, 128, 4, "sm_90a", false),
             "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by cp.async, rounded to tf32 in place: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by cp.async word by word into its transposed place, rounded to tf32 in place: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"

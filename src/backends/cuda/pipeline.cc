@@ -94,6 +94,23 @@ void foreach_transposed_chunk(Emitter& E, const PipelinedLoad& l, const std::fun
   E.line("}}");
 }
 
+// The rows of one TMA box's destination (each box is 128 bytes wide): the tile's rows, or
+// the load's own where it lands in a staging region.
+int64_t box_rows(const PipelinedLoad& l) {
+  if (l.tf32 == PipelinedLoad::Tf32::TmaStaged) return l.load->out[0].aval.shape[0];
+  return l.tile.k_major ? l.tile.mn : l.tile.kp;
+}
+
+// The staging region of a TmaStaged load, as TMA writes it: 128-byte columns of the load's
+// rows, swizzled as a K-major tile whose "MN" is the load's rows.
+SwizzledTile staging_tile(const PipelinedLoad& l) {
+  const Shape& s = l.load->out[0].aval.shape;
+  SwizzledTile t;
+  t.k_major = true, t.item = 4, t.mn = s[0], t.kp = s[1];
+  t.bytes = static_cast<size_t>(s[0] * s[1] * 4);
+  return t;
+}
+
 // Whether the load can be a TMA copy into its tile, and the tensor map it then takes: the
 // load reads a 2-D window [rows, cols] of an input's block with unit strides, the columns
 // along the array's contiguous last dimension in whole 128-byte boxes, the rows along another
@@ -107,7 +124,7 @@ bool plan_tma(const Emitter& E, PipelinedLoad& l) {
   const Shape& s = load.out[0].aval.shape;
   int64_t item = static_cast<int64_t>(itemsize(t)), per_box = 128 / item;
   size_t rank = r.array_shape.size();
-  if ((item != 1 && item != 2) || s.size() != 2 || rank > 5 || s[0] > 256 || s[1] % per_box || (r.array_shape.back() * item) % 16) return false;
+  if ((item != 1 && item != 2 && !(item == 4 && l.tf32 != PipelinedLoad::Tf32::None)) || s.size() != 2 || rank > 5 || s[0] > 256 || s[1] % per_box || (r.array_shape.back() * item) % 16) return false;
   const auto& ix = load.params.get<ir::NDIndexer>("idx");
   if (ix.dims.size() != r.array_dim.size()) return false;
   std::vector<int> slices;  // the array dims of the load's slices, in order
@@ -119,8 +136,7 @@ bool plan_tma(const Emitter& E, PipelinedLoad& l) {
     if (slice) slices.push_back(r.array_dim[k]);
   }
   if (slices.size() != 2 || slices[1] != static_cast<int>(rank) - 1) return false;
-  int64_t sub = (l.tile.k_major ? l.tile.mn : l.tile.kp);
-  if (sub % 8) return false;  // each box's destination 1024-aligned, as the swizzle pattern needs
+  if (box_rows(l) % 8) return false;  // each box's destination 1024-aligned, as the swizzle pattern needs
   l.row_dim = slices[0], l.col_dim = slices[1];
   l.map.param = r.param;
   l.map.dtype = t;
@@ -146,7 +162,7 @@ void issue_tma(Emitter& E, const PipelinedLoad& l, const std::string& dst, const
   }
   std::string map = "&" + E.tensor_map(l.map);
   int64_t per_box = l.map.box[static_cast<size_t>(l.col_dim)], boxes = load.out[0].aval.shape[1] / per_box;
-  int64_t box_bytes = (l.tile.k_major ? l.tile.mn : l.tile.kp) * 128;
+  int64_t box_bytes = box_rows(l) * 128;
   size_t rank = coord.size();
   for (int64_t j = 0; j < boxes; ++j) {
     std::string c;
@@ -233,7 +249,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       } else if (straight && vectorised) {
         l.tf32 = Tf32::InPlace;
       } else if (!straight && transposable(load)) {
-        l.tf32 = Tf32::Transposed;
+        l.tf32 = Tf32::Transposed;  // (TmaStaged below where TMA takes it)
       } else if (vectorised) {
         l.tf32 = Tf32::Staged;
       } else {
@@ -249,13 +265,23 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       l.tile = *tile;
       l.off = p.stage_bytes;
       size_t staging = static_cast<size_t>(load.out[0].aval.size()) * 4;
-      p.stage_bytes += ((l.staged() ? staging : tile->bytes) + 1023) & ~size_t{1023};
-      if (l.tf32 == Tf32::None && plan_tma(E, l)) {
-        l.tma = true;
-        p.tma_bytes += static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
-      } else {
-        p.any_cp_async = true;
+      auto align = [](size_t b) { return (b + 1023) & ~size_t{1023}; };
+      if (l.tf32 == Tf32::Transposed) {  // by TMA if it takes the load as it is laid out
+        l.tf32 = Tf32::TmaStaged;
+        if (!plan_tma(E, l)) l.tf32 = Tf32::Transposed;
       }
+      if (l.tf32 == Tf32::TmaStaged) {
+        l.tma = true;
+        l.tile_off = l.off + align(staging);
+        p.stage_bytes += align(staging) + align(tile->bytes);
+      } else {
+        p.stage_bytes += align(l.staged() ? staging : tile->bytes);
+        l.tma = (l.tf32 == Tf32::None || l.tf32 == Tf32::InPlace) && plan_tma(E, l);
+      }
+      if (l.tma)
+        p.tma_bytes += static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
+      else
+        p.any_cp_async = true;
       if (l.staged()) {
         l.tile_off = p.tiles_bytes;
         p.tiles_bytes += (tile->bytes + 1023) & ~size_t{1023};
@@ -292,6 +318,7 @@ static std::string tf32_text(PipelinedLoad::Tf32 t) {
     case PipelinedLoad::Tf32::InPlace: return ", rounded to tf32 in place";
     case PipelinedLoad::Tf32::Transposed: return " word by word into its transposed place, rounded to tf32 in place";
     case PipelinedLoad::Tf32::Staged: return " through a staging tile, rounded to tf32 each iteration";
+    case PipelinedLoad::Tf32::TmaStaged: return " into a staging region, rounded to tf32 into its transposed place";
   }
   return "";
 }
@@ -337,7 +364,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
 // and visible to it after its wait), before the barrier that publishes the stage.
 static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
   for (const PipelinedLoad& l : p.loads) {
-    if (l.tf32 != PipelinedLoad::Tf32::InPlace && l.tf32 != PipelinedLoad::Tf32::Transposed) continue;
+    if (l.tma || (l.tf32 != PipelinedLoad::Tf32::InPlace && l.tf32 != PipelinedLoad::Tf32::Transposed)) continue;
     std::string tile = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + " + " +
                        std::to_string(l.off) + ")";
     if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
@@ -356,6 +383,47 @@ static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::strin
   }
 }
 
+// After the stage's TMA copies have landed, every thread rounds a share of the f32 operands
+// they brought: 16-byte chunks spread over the threads (consecutive chunks to consecutive
+// lanes, free of bank conflicts). A K-major tile is rounded in place; a staging region is
+// rounded into the stage's K-major tile, transposing: the lanes of a warp read one 16-byte
+// column chunk of consecutive rows (K) and write four words each into one 128-byte row of
+// the tile. Returns whether it wrote anything (the writes then need a proxy fence).
+static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
+  bool any = false;
+  std::string nt = std::to_string(E.nt);
+  for (const PipelinedLoad& l : p.loads) {
+    if (!l.tma || l.tf32 == PipelinedLoad::Tf32::None) continue;
+    any = true;
+    std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + ")";
+    std::string src = "(" + stage + " + " + std::to_string(l.off) + ")";
+    if (l.tf32 == PipelinedLoad::Tf32::InPlace) {
+      int64_t chunks = static_cast<int64_t>(l.tile.bytes / 16);
+      E.line("#pragma unroll");
+      E.line("for (int j = 0; j < " + std::to_string((chunks + E.nt - 1) / E.nt) + "; ++j) { const int z = threadIdx.x + j * " + nt + "; " +
+             (chunks % E.nt ? "if (z < " + std::to_string(chunks) + ") " : "") + "tf32_round_shared<4>(" + src + " + z * 16); }");
+      continue;
+    }
+    const Shape& s = l.load->out[0].aval.shape;
+    int64_t chunks = s[0] * s[1] / 4;
+    SwizzledTile st = staging_tile(l);
+    std::string dst = "(" + stage + " + " + std::to_string(l.tile_off) + ")";
+    auto at = [&](int i) {
+      std::string c = "c + " + std::to_string(i);
+      return dst + " + " + (l.rows_are_mn ? l.tile.at("r", c) : l.tile.at(c, "r"));
+    };
+    E.line("#pragma unroll");
+    E.line("for (int j = 0; j < " + std::to_string((chunks + E.nt - 1) / E.nt) + "; ++j) { const int z = threadIdx.x + j * " + nt + "; " +
+           (chunks % E.nt ? "if (z < " + std::to_string(chunks) + ") {" : "{"));
+    E.line("  const int r = z % " + std::to_string(s[0]) + ", c = (z / " + std::to_string(s[0]) + ") * 4;");
+    E.line("  const float4 v = *(const float4*)(" + src + " + " + st.at("r", "c") + ");");
+    E.line("  *(float*)(" + at(0) + ") = tf32(v.x); *(float*)(" + at(1) + ") = tf32(v.y);");
+    E.line("  *(float*)(" + at(2) + ") = tf32(v.z); *(float*)(" + at(3) + ") = tf32(v.w);");
+    E.line("}}");
+  }
+  return any;
+}
+
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
   std::string S = std::to_string(p.buffers), A = std::to_string(p.ahead);
   auto refill = [&] { issue(E, p, body, it + " + " + A, "(" + it + " - " + lo + " + " + A + ") % " + S, hi); };
@@ -364,13 +432,17 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   // every warp has finished the dots of the iteration that last read the stage refilled (the
   // one before, or two before with the dot in flight), so the dots need no barrier after them.
   std::string buf = "((" + it + " - " + lo + ") % " + S + ")";
-  if (p.tma_bytes)  // the stage's tensor copies have landed: its mbarrier's phase for this use
+  bool rounded = false;
+  if (p.tma_bytes) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
     E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
+    rounded = round_tma_copies(E, p, it, lo);
+  }
   if (p.any_cp_async) {
     E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
     round_own_copies(E, p, it, lo);
-    E.line("fence_proxy_async();");  // generic-proxy writes, then the tensor cores' async proxy reads
+    rounded = true;
   }
+  if (rounded) E.line("fence_proxy_async();");  // generic-proxy writes, then the tensor cores' async proxy reads
   E.sync();  // every thread's copies of this stage have landed
   refill();
   E.operand_tiles_fenced = true;
@@ -378,6 +450,11 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
     std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+    if (l.tf32 == PipelinedLoad::Tf32::TmaStaged) {
+      E.smem_operands[l.load->out[0].id] = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " +
+                                           std::to_string(l.tile_off) + ")";
+      continue;
+    }
     if (!l.staged()) {
       E.smem_operands[l.load->out[0].id] = stage;
       continue;

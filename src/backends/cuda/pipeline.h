@@ -10,14 +10,17 @@
 // waits on the stage's mbarrier. Otherwise every thread issues 16-byte cp.async pieces and
 // waits for its own copy groups.
 //
-// f32 operands of tf32 dots (tf32 wgmma reads K-major tiles only) go the same way and are
-// rounded to tf32 in place, each thread rounding the words it copied itself, between its
-// copy wait and the barrier at the top of the iteration that uses them: no extra pass or
-// barrier. An operand whose rows are K (B of x·W, N contiguous) is copied word by word into
-// its transposed, K-major place, in an order that keeps both the global reads (32-byte
-// sectors) and the shared writes (no bank conflicts) whole, and that gives each thread whole
-// 16-byte chunks of the tile to round. Shapes that order does not cover go through a
-// row-major staging tile and a rounding pass instead.
+// f32 operands of tf32 dots (tf32 wgmma reads K-major tiles only) are rounded to tf32 between
+// the copy's wait and the barrier at the top of the iteration that uses them (no extra
+// barrier). By TMA: a K-major operand lands in its tile and every thread rounds a share of it
+// in place; an operand whose rows are K (B of x·W, N contiguous) lands as loaded in a staging
+// region of the stage, and every thread rounds a share of it into the stage's K-major tile,
+// transposing (16-byte reads, 4-byte writes, both free of bank conflicts). By cp.async (no
+// TMA: AOT kernels, PALLAS_NO_TMA, blocks TMA cannot take): each thread rounds the words it
+// copied itself; an operand whose rows are K is copied word by word into its transposed
+// place, in an order that keeps both the global reads (32-byte sectors) and the shared writes
+// (no bank conflicts) whole, and that gives each thread whole 16-byte chunks of the tile to
+// round. Shapes neither covers go through a row-major staging tile and a rounding pass.
 //
 // When the body's one dot is such a wgmma, with both operands pipelined, accumulating into a
 // loop carry kept in fragments, its wait is deferred one iteration (wgmma.wait_group 1):
@@ -49,6 +52,8 @@ struct PipelinedLoad {
     Transposed,  // copied word by word into the K-major tile (transposing), rounded likewise
     Staged,      // copied as loaded into a row-major staging tile; each iteration rounds it
                  // into the dot's tile, transposing as needed (shapes the others do not take)
+    TmaStaged,   // copied by TMA as loaded into a staging region of the stage; every thread
+                 // then rounds its share into the stage's own K-major tile, transposing
   };
   Tf32 tf32 = Tf32::None;
   bool staged() const { return tf32 == Tf32::Staged; }
@@ -58,7 +63,7 @@ struct PipelinedLoad {
   bool tma = false;
   TensorMapSpec map;
   int col_dim = 0, row_dim = 0;  // the array dims of the load's columns (contiguous) and rows
-  size_t tile_off = 0;                      // the swizzled tile, after the stage buffers
+  size_t tile_off = 0;  // Staged: the swizzled tile, after the stage buffers; TmaStaged: within the stage
 };
 
 struct LoopPipeline {
