@@ -9,12 +9,18 @@
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
 # interop/ against build-gpu's libpallas.a and runs their tests on the GPU). FUZZ_COUNT and FUZZ_SECONDS size the
 # campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
+# The logs are written under $LOGS and packed into $OUT/logs.tgz at exit (the device tool returns
+# at most 8 files); the summary lines go to stdout.
 set -u
 OUT=${OUT:-/tmp/out}
 STEPS=${1:-build,tests,fuzz,sanitize}
 FUZZ_COUNT=${FUZZ_COUNT:-10000}
 FUZZ_SECONDS=${FUZZ_SECONDS:-400}
 mkdir -p "$OUT"
+REAL_OUT=$OUT
+OUT=${LOGS:-/tmp/h200-logs}
+mkdir -p "$OUT"
+trap 'tar czf "$REAL_OUT/logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 export PALLAS_CACHE_DIR=/tmp/pallas-cache
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -71,8 +77,14 @@ if has interop; then  # the framework clients (interop/): each built against bui
     rc=$?; echo "interop $client build rc=$rc in $(( $(date +%s) - t0 )) s"
     [ $rc = 0 ] || { tail -30 "$OUT/interop-$client-build.log"; continue; }
     t0=$(date +%s)
-    timeout 400 python3 $script build-gpu > "$OUT/interop-$client.log" 2>&1
-    echo "interop $client tests rc=$? in $(( $(date +%s) - t0 )) s: $(grep -c '^ok ' "$OUT/interop-$client.log") ok, $(grep -c '^FAIL ' "$OUT/interop-$client.log") failed"
+    timeout 400 python3 -X faulthandler $script build-gpu > "$OUT/interop-$client.log" 2>&1
+    rc=$?
+    dbg=$(command -v gdb || command -v cuda-gdb)  # the image has cuda-gdb only
+    if [ $rc -ge 128 ] && [ -n "$dbg" ]; then  # a crash: its native stack
+      timeout 300 $dbg -batch -ex run -ex "thread apply all bt 30" --args python3 $script build-gpu > "$OUT/interop-$client-gdb.log" 2>&1
+      tail -25 "$OUT/interop-$client.log"; grep -A40 "received signal" "$OUT/interop-$client-gdb.log" | head -60
+    fi
+    echo "interop $client tests rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -c '^ok ' "$OUT/interop-$client.log") ok, $(grep -c '^FAIL ' "$OUT/interop-$client.log") failed"
     grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$OUT/interop-$client.log" | head -20
   done
 fi

@@ -45,7 +45,14 @@ def compile_command(pallas_build_dir, output, syntax_only=False):
     # here, not when Python loads the result.
     nvrtc = [f"-L{cuda_lib}", "-lnvrtc", f"-Wl,-rpath,{cuda_lib}"] if list(cuda_lib.glob("libnvrtc.so*")) else []
     return cxx + flags + ["-shared", "-Wl,--no-undefined", "-o", str(output), str(build / "libpallas.a")] + nvrtc + [
-        "-ldl", "-lpthread"]
+        "-ldl", "-lpthread"] + PRIVATE_RUNTIME
+
+
+# The C++ runtime goes inside the library, its symbols hidden (--exclude-libs): the process
+# already holds the framework's libstdc++, and a toolchain that links its own (static) copy
+# exports it, so half the calls bound to one copy and half to the other (iostreams, locales):
+# a crash at the first GPU call on the H200. Hidden, each library uses its own copy alone.
+PRIVATE_RUNTIME = ["-static-libstdc++", "-Wl,--exclude-libs,ALL"]
 
 
 def build(pallas_build_dir=None):

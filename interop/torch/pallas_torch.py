@@ -53,7 +53,11 @@ def load(pallas_build_dir=None, verbose=False):
         # the library is C++20; the later -std wins over torch's default
         extra_cflags=["-O2", "-std=c++20"],
         extra_ldflags=[str(lib), f"-L{cuda_lib}", "-lnvrtc", "-lc10_cuda", "-ldl", "-lpthread",
-                       f"-Wl,-rpath,{cuda_lib}"],
+                       f"-Wl,-rpath,{cuda_lib}",
+                       # the C++ runtime inside the library with its symbols hidden: a toolchain
+                       # that links its own copy exported it, and torch's libstdc++ interposed
+                       # half of its calls (a crash building an error message on the H200)
+                       "-static-libstdc++", "-Wl,--exclude-libs,ALL"],
         build_directory=str(out_dir),
         is_python_module=False,  # registers torch.ops.pallas.* (TORCH_LIBRARY) when loaded
         verbose=verbose,
