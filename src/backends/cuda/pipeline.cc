@@ -388,40 +388,60 @@ static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::strin
 // lanes, free of bank conflicts). A K-major tile is rounded in place; a staging region is
 // rounded into the stage's K-major tile, transposing: the lanes of a warp read one 16-byte
 // column chunk of consecutive rows (K) and write four words each into one 128-byte row of
-// the tile. Returns whether it wrote anything (the writes then need a proxy fence).
+// the tile. Every read comes first, then every write: the compiler cannot move a shared load
+// above a shared store it may alias, and one load at a time would wait out the latency each
+// time. Returns whether it wrote anything (the writes then need a proxy fence).
 static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
-  bool any = false;
-  std::string nt = std::to_string(E.nt);
+  struct Part {
+    const PipelinedLoad* l;
+    int64_t chunks, first;  // the load's chunks; its first slot in the registers
+    std::string src, dst;
+  };
+  std::vector<Part> parts;
+  int64_t slots = 0, nt = E.nt;
   for (const PipelinedLoad& l : p.loads) {
     if (!l.tma || l.tf32 == PipelinedLoad::Tf32::None) continue;
-    any = true;
     std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + ")";
-    std::string src = "(" + stage + " + " + std::to_string(l.off) + ")";
-    if (l.tf32 == PipelinedLoad::Tf32::InPlace) {
-      int64_t chunks = static_cast<int64_t>(l.tile.bytes / 16);
-      E.line("#pragma unroll");
-      E.line("for (int j = 0; j < " + std::to_string((chunks + E.nt - 1) / E.nt) + "; ++j) { const int z = threadIdx.x + j * " + nt + "; " +
-             (chunks % E.nt ? "if (z < " + std::to_string(chunks) + ") " : "") + "tf32_round_shared<4>(" + src + " + z * 16); }");
-      continue;
-    }
     const Shape& s = l.load->out[0].aval.shape;
-    int64_t chunks = s[0] * s[1] / 4;
-    SwizzledTile st = staging_tile(l);
-    std::string dst = "(" + stage + " + " + std::to_string(l.tile_off) + ")";
-    auto at = [&](int i) {
-      std::string c = "c + " + std::to_string(i);
-      return dst + " + " + (l.rows_are_mn ? l.tile.at("r", c) : l.tile.at(c, "r"));
-    };
-    E.line("#pragma unroll");
-    E.line("for (int j = 0; j < " + std::to_string((chunks + E.nt - 1) / E.nt) + "; ++j) { const int z = threadIdx.x + j * " + nt + "; " +
-           (chunks % E.nt ? "if (z < " + std::to_string(chunks) + ") {" : "{"));
-    E.line("  const int r = z % " + std::to_string(s[0]) + ", c = (z / " + std::to_string(s[0]) + ") * 4;");
-    E.line("  const float4 v = *(const float4*)(" + src + " + " + st.at("r", "c") + ");");
-    E.line("  *(float*)(" + at(0) + ") = tf32(v.x); *(float*)(" + at(1) + ") = tf32(v.y);");
-    E.line("  *(float*)(" + at(2) + ") = tf32(v.z); *(float*)(" + at(3) + ") = tf32(v.w);");
-    E.line("}}");
+    bool in_place = l.tf32 == PipelinedLoad::Tf32::InPlace;
+    int64_t chunks = in_place ? static_cast<int64_t>(l.tile.bytes / 16) : s[0] * s[1] / 4;
+    parts.push_back({&l, chunks, slots, "(" + stage + " + " + std::to_string(l.off) + ")",
+                     "(" + stage + " + " + std::to_string(in_place ? l.off : l.tile_off) + ")"});
+    slots += (chunks + nt - 1) / nt;
   }
-  return any;
+  if (parts.empty()) return false;
+  std::string regs = E.fresh("rt");
+  E.line("float4 " + regs + "[" + std::to_string(slots) + "];");
+  // Emits, for each part, a loop over its chunks z with r and c (the chunk's first element:
+  // row, column of the load) in scope, then body(part, slot).
+  auto each_chunk = [&](const std::function<void(const Part&, const std::string&)>& body) {
+    for (const Part& q : parts) {
+      const Shape& s = q.l->load->out[0].aval.shape;
+      E.line("#pragma unroll");
+      E.line("for (int j = 0; j < " + std::to_string((q.chunks + nt - 1) / nt) + "; ++j) { const int z = threadIdx.x + j * " + std::to_string(nt) + "; " +
+             (q.chunks % nt ? "if (z < " + std::to_string(q.chunks) + ") {" : "{"));
+      if (q.l->tf32 != PipelinedLoad::Tf32::InPlace)
+        E.line("  const int r = z % " + std::to_string(s[0]) + ", c = (z / " + std::to_string(s[0]) + ") * 4;");
+      body(q, regs + "[" + std::to_string(q.first) + " + j]");
+      E.line("}}");
+    }
+  };
+  each_chunk([&](const Part& q, const std::string& v) {
+    std::string at = q.l->tf32 == PipelinedLoad::Tf32::InPlace ? "z * 16" : staging_tile(*q.l).at("r", "c");
+    E.line("  " + v + " = *(const float4*)(" + q.src + " + " + at + ");");
+  });
+  each_chunk([&](const Part& q, const std::string& v) {
+    if (q.l->tf32 == PipelinedLoad::Tf32::InPlace) {
+      E.line("  *(float4*)(" + q.dst + " + z * 16) = make_float4(tf32(" + v + ".x), tf32(" + v + ".y), tf32(" + v + ".z), tf32(" + v + ".w));");
+      return;
+    }
+    const char* lane[4] = {"x", "y", "z", "w"};
+    for (int i = 0; i < 4; ++i) {
+      std::string c = "c + " + std::to_string(i);
+      E.line("  *(float*)(" + q.dst + " + " + (q.l->rows_are_mn ? q.l->tile.at("r", c) : q.l->tile.at(c, "r")) + ") = tf32(" + v + "." + lane[i] + ");");
+    }
+  });
+  return true;
 }
 
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi) {
