@@ -360,13 +360,18 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
                    ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
 }
 
+// The C address `off` bytes into the stage buffer iteration `it` uses.
+static std::string stage_at(const LoopPipeline& p, const std::string& it, const std::string& lo, size_t off) {
+  return "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + " + " +
+         std::to_string(off) + ")";
+}
+
 // Each thread rounds the f32 words it copied for iteration `it` (its own copies are complete
 // and visible to it after its wait), before the barrier that publishes the stage.
 static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
   for (const PipelinedLoad& l : p.loads) {
     if (l.tma || (l.tf32 != PipelinedLoad::Tf32::InPlace && l.tf32 != PipelinedLoad::Tf32::Transposed)) continue;
-    std::string tile = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + " + " +
-                       std::to_string(l.off) + ")";
+    std::string tile = stage_at(p, it, lo, l.off);
     if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
       foreach_transposed_chunk(E, l, [&] { E.line("tf32_round_shared<4>(" + tile + " + " + l.tile.at("tn", "tkc * 4") + ");"); });
       continue;
@@ -401,12 +406,10 @@ static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::strin
   int64_t slots = 0, nt = E.nt;
   for (const PipelinedLoad& l : p.loads) {
     if (!l.tma || l.tf32 == PipelinedLoad::Tf32::None) continue;
-    std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + ")";
     const Shape& s = l.load->out[0].aval.shape;
     bool in_place = l.tf32 == PipelinedLoad::Tf32::InPlace;
     int64_t chunks = in_place ? static_cast<int64_t>(l.tile.bytes / 16) : s[0] * s[1] / 4;
-    parts.push_back({&l, chunks, slots, "(" + stage + " + " + std::to_string(l.off) + ")",
-                     "(" + stage + " + " + std::to_string(in_place ? l.off : l.tile_off) + ")"});
+    parts.push_back({&l, chunks, slots, stage_at(p, it, lo, l.off), stage_at(p, it, lo, in_place ? l.off : l.tile_off)});
     slots += (chunks + nt - 1) / nt;
   }
   if (parts.empty()) return false;
@@ -469,10 +472,9 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   E.names[body.invars[0].id] = it;
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
-    std::string stage = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
+    std::string stage = stage_at(p, it, lo, l.off);
     if (l.tf32 == PipelinedLoad::Tf32::TmaStaged) {
-      E.smem_operands[l.load->out[0].id] = "(" + p.base + " + ((" + it + " - " + lo + ") % " + S + ") * " + std::to_string(p.stage_bytes) + " + " +
-                                           std::to_string(l.tile_off) + ")";
+      E.smem_operands[l.load->out[0].id] = stage_at(p, it, lo, l.tile_off);
       continue;
     }
     if (!l.staged()) {
