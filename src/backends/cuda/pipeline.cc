@@ -1,6 +1,7 @@
 // The loop pipeliner (pipeline.h): plan, then the copies before and inside the loop.
 #include "src/backends/cuda/pipeline.h"
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 #include <unordered_set>
@@ -173,7 +174,9 @@ void issue_tma(Emitter& E, const PipelinedLoad& l, const std::string& dst, const
 }
 
 // Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
-void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi) {
+// `issuer`: the condition that picks the one thread issuing the TMA copies.
+void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi,
+           const std::string& issuer = "threadIdx.x == 0") {
   E.line("if (" + it + " < " + hi + ") {");
   ++E.depth;
   E.names[body.invars[0].id] = "(" + it + ")";
@@ -186,7 +189,7 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
     for (const PipelinedLoad& l : p.loads)
       if (l.tma) index_eqns(l);
     std::string bar = p.bars + " + (" + stage + ")";
-    E.line("if (threadIdx.x == 0) {");
+    E.line("if (" + issuer + ") {");
     E.line("  pallas_dev::mbar_expect_tx(" + bar + ", " + std::to_string(p.tma_bytes) + ");");
     for (const PipelinedLoad& l : p.loads)
       if (l.tma) issue_tma(E, l, "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")", bar);
@@ -298,6 +301,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot) &&
       !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
+  p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.tf32 == PipelinedLoad::Tf32::None; });
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
   for (int s = E.num_stages; s >= 2; --s) {
     if (async_dot && fits(s + 1)) {
@@ -328,19 +332,26 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
   size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
-  size_t bytes = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0) + 1024;
+  size_t counts_at = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
+  size_t bytes = counts_at + (p.barrier_free ? 4 * static_cast<size_t>(p.buffers) : 0) + 1024;
   E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
   std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
-                     " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "");
+                     " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "") +
+                     (p.barrier_free ? ", no barrier per iteration" : "");
   E.line("// loop pipeline: " + what);
   if (p.tma_bytes) {
     p.bars = E.fresh("bars");
     E.line("u64* " + p.bars + " = (u64*)(" + p.base + " + " + std::to_string(bars_at) + ");");
     E.line("if (threadIdx.x == 0) { for (int s = 0; s < " + std::to_string(p.buffers) + "; ++s) pallas_dev::mbar_init(" + p.bars +
            " + s, 1); pallas_dev::mbar_fence_init(); }");
+  }
+  if (p.barrier_free) {
+    p.counts = E.fresh("outs");
+    E.line("u32* " + p.counts + " = (u32*)(" + p.base + " + " + std::to_string(counts_at) + ");");
+    E.line("if (threadIdx.x < " + std::to_string(p.buffers) + ") " + p.counts + "[threadIdx.x] = 0;");
   }
   E.sync();  // the buffers may hold the exchange region's last use (and the mbarriers are set)
   if (p.dot_in_flight) E.wgmma_in_flight = p.dot_in_flight;
@@ -455,8 +466,21 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   // every warp has finished the dots of the iteration that last read the stage refilled (the
   // one before, or two before with the dot in flight), so the dots need no barrier after them.
   std::string buf = "((" + it + " - " + lo + ") % " + S + ")";
+  if (p.barrier_free) {
+    // This warp is done with the stage the refill overwrites (the iteration before, or two
+    // before with the dot in flight, waited for its dots). Counters only grow: every warp
+    // passes every iteration's top once, and a warp can be at most `buffers` iterations ahead
+    // of the slowest (it waits for copies only the slowest's arrival lets be issued).
+    std::string last = E.fresh("last");
+    std::string warps = std::to_string(E.nt / 32);
+    E.line("bool " + last + " = false;");
+    E.line("__syncwarp();");
+    E.line("if ((threadIdx.x & 31) == 0) " + last + " = count_arrival(" + p.counts + " + " + buf + ") % " + warps + " == " + warps + " - 1;");
+    issue(E, p, body, it + " + " + A, "(" + it + " - " + lo + " + " + A + ") % " + S, hi, last);
+    E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
+  }
   bool rounded = false;
-  if (p.tma_bytes) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
+  if (p.tma_bytes && !p.barrier_free) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
     E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
     rounded = round_tma_copies(E, p, it, lo);
   }
@@ -466,8 +490,10 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
     rounded = true;
   }
   if (rounded) E.line("fence_proxy_async();");  // generic-proxy writes, then the tensor cores' async proxy reads
-  E.sync();  // every thread's copies of this stage have landed
-  refill();
+  if (!p.barrier_free) {
+    E.sync();  // every thread's copies of this stage have landed
+    refill();
+  }
   E.operand_tiles_fenced = true;
   E.names[body.invars[0].id] = it;
   bool staged = false;

@@ -76,9 +76,17 @@ struct LoopPipeline {
   size_t tiles_bytes = 0;  // the staged loads' swizzled tiles (one each, after the buffers)
   size_t tma_bytes = 0;    // bytes a stage's TMA copies bring (the mbarrier's transaction count)
   bool any_cp_async = false;
+  // No barrier per iteration (every load by TMA, none rounded to tf32): each warp, at the top
+  // of an iteration, counts itself out of the stage that iteration's refill overwrites (it has
+  // finished the dots that read it), and the warp that counts last issues the refill. Warps
+  // then meet only at the stages' mbarriers and drift apart by up to ahead iterations, so one
+  // warpgroup's softmax or epilogue runs while another's dots keep the tensor cores busy
+  // (with a barrier per iteration they run in lockstep and the tensor cores wait for both).
+  bool barrier_free = false;
   // emission state
   std::string base;   // C name of the (1024-aligned) buffers
   std::string bars;   // C name of the stages' mbarriers (TMA), one per buffer
+  std::string counts; // barrier_free: C name of the warps' counters, one per buffer
   size_t saved_xoff = 0;
   bool saved_fenced = false;
 };

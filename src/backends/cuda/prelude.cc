@@ -166,6 +166,12 @@ template <int B> __device__ __forceinline__ void cp_async(void* dst, const void*
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+// One lane's arrival at a shared counter; the count before it. acq_rel at CTA scope: what the
+// warp read before it happens before what the last warp to arrive does after it (in place of
+// atomicAdd between two __threadfence_block).
+__device__ __forceinline__ u32 count_arrival(u32* p) {
+  u32 r; asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;" : "=r"(r) : "r"((u32)__cvta_generic_to_shared(p)) : "memory"); return r;
+}
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 __device__ __forceinline__ float tf32(float x) { u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return __uint_as_float(r); }
 // Rounds N (1, 2 or 4) f32 words of shared memory to tf32 in place, in one access each way.
