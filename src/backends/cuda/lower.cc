@@ -171,6 +171,7 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
   unsynced_reads = true;  // a loop's previous iteration, or the code before a branch, may have read
   conversions_.emplace_back();
+  scopes.push_back(&j);
   auto of = [this](const ir::Atom& a) { return layout_of(a); };
   for (const ir::Eqn& e : j.eqns) {
     if (absorbed.count(&e)) continue;
@@ -203,6 +204,7 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
     }
   }
   conversions_.pop_back();
+  scopes.pop_back();
   unsynced_reads = true;
 }
 

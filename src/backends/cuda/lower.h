@@ -115,6 +115,9 @@ class Emitter {
   // are rewritten only after the next iteration's barrier, so a dot that reads only those (or
   // registers) needs no barrier after it.
   bool operand_tiles_fenced = false;
+  // The jaxprs whose eqns are being emitted, innermost last (a rule may look at the users of
+  // its result in the same scope).
+  std::vector<const ir::Jaxpr*> scopes;
   int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
   std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
   // The kernel's eqns as the jaxpr printer writes them: each one's code starts with it as a

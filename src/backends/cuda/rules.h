@@ -49,7 +49,7 @@ void end_fragment_carry(Emitter& E, const FragmentCarry& fc);
 // The Mma layout of a dot's result when it takes the tensor cores (else nullopt).
 std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot);
 // After a wgmma wait: pins the accumulator registers there (no read moves above the wait).
-void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float);
+void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float, bool arithmetic_users = false);
 // Whether wgmma takes the dot's A from registers when A is in layout `a` (rules_dot.cc).
 bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a);
 

@@ -185,18 +185,44 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 }
 
 // The wait asm has no data dependence on the accumulators: each register gets a definition
-// after it (x + -0.0, exact for every value), so no read moves above it. Without it, ptxas
-// serialises every wgmma of the kernel (C7514) when the first use of the accumulators is a
-// conversion to f16/bf16 (a K loop whose result is stored as is; the likely cause of the
-// 10–15% drop of such matmuls measured on the H200, docs/benchmarks.md).
-void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float) {
-  std::string op = is_float ? "add.f32 %0, %0, 0f80000000;" : "mov.b32 %0, %0;";
+// after it, so no read moves above it. Without one, ptxas serialises every wgmma of the
+// kernel (C7514) when the first use of the accumulators is a conversion to f16/bf16 (a K
+// loop whose result is stored as is; the likely cause of the 10–15% drop of such matmuls
+// measured on the H200, docs/benchmarks.md), and an empty asm or a mov is not definition
+// enough there: x + -0.0 (exact for every value) is, at one FADD a register. When every user
+// is float arithmetic (flash attention's scores, scaled and reduced), ptxas keeps the wgmmas
+// asynchronous with the empty asm, which costs nothing (checked for C7514 in ptxas' report).
+void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float, bool arithmetic_users) {
+  std::string op = !is_float ? "mov.b32 %0, %0;" : arithmetic_users ? "" : "add.f32 %0, %0, 0f80000000;";
   E.line("#pragma unroll");
   E.line("for (int k = 0; k < " + std::to_string(slots) + "; ++k) asm volatile(\"" + op + "\" : \"+" + (is_float ? "f" : "r") + "\"(" + frag +
          "[k]) :: \"memory\");");
 }
 
 namespace {
+
+// Every user of v in the scope being emitted is f32 arithmetic, a reduction or a select (and v
+// is not an output of the scope).
+bool only_arithmetic_users(const Emitter& E, const ir::Var& v) {
+  if (E.scopes.empty()) return false;
+  const ir::Jaxpr& j = *E.scopes.back();
+  for (const ir::Atom& o : j.outvars)
+    if (auto* x = std::get_if<ir::Var>(&o); x && x->id == v.id) return false;
+  for (const ir::Eqn& e : j.eqns) {
+    bool uses = false;
+    for (const ir::Atom& a : e.in)
+      if (auto* x = std::get_if<ir::Var>(&a); x && x->id == v.id) uses = true;
+    if (!uses) continue;
+    switch (e.prim->id) {
+      case PrimId::mul: case PrimId::add: case PrimId::sub: case PrimId::max: case PrimId::min: case PrimId::div:
+      case PrimId::reduce_max: case PrimId::reduce_min: case PrimId::reduce_sum: case PrimId::select_n:
+        if (e.out[0].aval.dtype != DType::F32) return false;
+        break;
+      default: return false;
+    }
+  }
+  return true;
+}
 
 // frag += A B on the tensor cores' asynchronous wgmma (sm_90a): both operands are written to
 // swizzled shared tiles (K padding zeroed), then each warpgroup issues its tiles' instructions
@@ -322,7 +348,7 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   }
   E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
   // (a fragment carry is read only after the loop, past its last wait: no fence needed)
-  if (!E.dot_into_fragments.count(&e)) fence_fragments(E, frag, q.TPW * q.NS * 4, t != DType::I8);
+  if (!E.dot_into_fragments.count(&e)) fence_fragments(E, frag, q.TPW * q.NS * 4, t != DType::I8, only_arithmetic_users(E, e.out[0]));
   if (!put.empty() || !E.operand_tiles_fenced) E.sync();  // the operand tiles are read until here
 }
 
