@@ -148,6 +148,13 @@ template <class C> __device__ __forceinline__ C p_clz(C a) { if constexpr (sizeo
 template <class C> __device__ __forceinline__ C p_not(C a) { if constexpr (same_v<C, bool>) return !a; else return ~a; }
 template <class C> __device__ __forceinline__ C p_logistic(C x) { return C(1) / (C(1) + exp(-x)); }
 template <class C> __device__ __forceinline__ C p_round(C x) { return round(x); }
+// 2^x for f32 as (2^(x/2))^2: x/2 is exact and never reaches the subnormal results that
+// ex2.approx.ftz would flush, and the square rounds a subnormal 2^x correctly — within 5 ulps,
+// in three instructions with no predicate. (exp2f handles x < -126 by a predicated halving and
+// squaring; ptxas gives every element of an unrolled softmax the same predicate register and
+// so serialises them, each waiting out the MUFU latency: measured on the H200, docs/benchmarks.md.)
+__device__ __forceinline__ float p_exp2(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 0.5f)); return y * y; }
+__device__ __forceinline__ double p_exp2(double x) { return exp2(x); }
 template <class C> __device__ __forceinline__ C p_rsqrt(C x) { return C(1) / sqrt(x); }
 template <class C> __device__ __forceinline__ bool p_isfinite(C x) { return isfinite(x); }
 template <class C> __device__ __forceinline__ C p_erfinv(C x) { return erfinv(x); }

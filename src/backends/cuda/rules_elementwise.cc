@@ -57,7 +57,7 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::sign, callC("p_sign"));
   for (auto [id, fn] : std::vector<std::pair<PrimId, const char*>>{
            {PrimId::ceil, "ceil"}, {PrimId::floor, "floor"}, {PrimId::round, "p_round"}, {PrimId::exp, "exp"},
-           {PrimId::exp2, "exp2"}, {PrimId::expm1, "expm1"}, {PrimId::log, "log"}, {PrimId::log1p, "log1p"},
+           {PrimId::exp2, "p_exp2"}, {PrimId::expm1, "expm1"}, {PrimId::log, "log"}, {PrimId::log1p, "log1p"},
            {PrimId::sqrt, "sqrt"}, {PrimId::cbrt, "cbrt"}, {PrimId::rsqrt, "p_rsqrt"}, {PrimId::sin, "sin"},
            {PrimId::cos, "cos"}, {PrimId::tan, "tan"}, {PrimId::asin, "asin"}, {PrimId::acos, "acos"},
            {PrimId::atan, "atan"}, {PrimId::sinh, "sinh"}, {PrimId::cosh, "cosh"}, {PrimId::tanh, "tanh"},
