@@ -10,6 +10,7 @@ Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim
   if (seq % bq || seq % bk)
     throw Error("kernels::flash_attention: seq=" + std::to_string(seq) + " must be a multiple of block_q and block_k");
   double scale = cfg.sm_scale > 0 ? cfg.sm_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  double scale_log2 = scale * 1.4426950408889634;  // log2(e)
   bool causal = cfg.causal;
   auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref o_ref) {
     Value qi = program_id(2);
@@ -20,15 +21,19 @@ Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim
     auto outs = fori_loop(0, hi, std::vector<Value>{m0, l0, acc0}, [&](Value j, std::vector<Value> c) {
       Value kb = k_ref(ds(j * bk, bk), all);
       Value vb = v_ref(ds(j * bk, bk), all);
-      Value s = dot(q, kb, {.trans_b = true}) * scale;
+      Value s = dot(q, kb, {.trans_b = true});
       if (causal) {
         Value rows = qi * bq + iota(DType::I32, {bq, bk}, 0);
         Value cols = j * bk + iota(DType::I32, {bq, bk}, 1);
         s = where(rows >= cols, s, -INFINITY);
       }
-      Value m_new = maximum(c[0], max(s, 1));
-      Value alpha = exp(c[0] - m_new);
-      Value p = exp(s - expand_dims(m_new, 1));
+      // In base 2, as Triton's fused-attention tutorial: m is the running row maximum of
+      // s * scale * log2(e) (max(s) * c is max(s * c) exactly for c > 0), and p = 2^(s*c - m)
+      // is the same softmax numerator as e^(s*scale - m'), one multiply-add and an exp2 an
+      // element instead of a multiply, a subtract and an exp.
+      Value m_new = maximum(c[0], max(s, 1) * scale_log2);
+      Value alpha = exp2(c[0] - m_new);
+      Value p = exp2(s * scale_log2 - expand_dims(m_new, 1));
       Value l_new = c[1] * alpha + sum(p, 1);
       Value acc = c[2] * expand_dims(alpha, 1) + dot(p.astype(dtype), vb);
       return std::vector<Value>{m_new, l_new, acc};

@@ -47,9 +47,12 @@ std::optional<AttentionPlan> plan_attention(const core::PallasCall& c, std::stri
   const Shape& qb = g.inputs[0].block_shape;
   const Shape& kb = g.inputs[1].block_shape;
   int64_t bq = qb[2];
-  double scale = 0;
-  if (!find_scale(*c.kernel, &scale)) return no("no score scale found");
+  double scale_log2 = 0;
+  if (!find_scale(*c.kernel, &scale_log2)) return no("no score scale found");
   std::string text = ir::to_text(*c.kernel);
+  // The literal is sm_scale * log2(e); the sm_scale that gives it back, or a neighbour of it.
+  double s0 = scale_log2 / 1.4426950408889634;
+  for (double scale : {s0, std::nextafter(s0, 0.0), std::nextafter(s0, 1e300)})
   for (bool causal : {false, true}) {
     // The library kernel with the same parameters; block_k is read off the loop body's loads.
     for (int64_t bk : {16, 32, 64, 128, 256}) {
