@@ -4,6 +4,7 @@
 // the suite and by CudaLowering.RowReductionsInEveryLayout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <pallas/kernels.h>
@@ -13,6 +14,7 @@
 #ifdef PALLAS_TEST_HAVE_CUDA
 #include <nvrtc.h>
 
+#include "src/backends/cuda/compile.h"
 #include "src/backends/cuda/layout.h"
 #include "src/backends/cuda/lower.h"
 
@@ -220,6 +222,34 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
             "  pipelined by TMA: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
             "dot bf16[64,64] x bf16[64,64]^T: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
             "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
+}
+
+// The generated code points back to the kernel's source: a #line directive with the line of
+// each named op before its code (NVRTC messages and -lineinfo's line table then name the
+// kernel's file and line), and an NVRTC error at such a line is shown where the code
+// generated for it starts.
+int g_line_of_dot = 0;
+TEST(CudaLayout, GeneratedCodePointsToTheKernelSource) {
+  auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o) {
+    pl::Value d = pl::dot(x[pl::all], y[pl::all]); g_line_of_dot = __LINE__;
+    o[pl::all] = pl::exp(d);
+  };
+  pl::Call k = pl::pallas_call(kernel, pl::ShapeDtype({64, 64}, pl::f32), {.name = "lines"});
+  k.trace({pl::ShapeDtype({64, 64}, pl::f32), pl::ShapeDtype({64, 64}, pl::f32)});
+  std::string src = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").source;
+  std::string file = __FILE__;
+  std::string directive = "#line " + std::to_string(g_line_of_dot) + " \"" + file + "\"";
+  size_t at = src.find(directive);
+  ASSERT_NE(at, std::string::npos) << directive;
+  EXPECT_NE(src.find("dot", at), std::string::npos);
+  // an error two lines into the code generated for the dot
+  std::string log = file + "(" + std::to_string(g_line_of_dot + 2) + "): error: something\n";
+  std::string shown = pallas::cuda::explain_nvrtc_error(log, src, "lines.cu");
+  int generated = 1 + static_cast<int>(std::count(src.begin(), src.begin() + static_cast<std::ptrdiff_t>(at), '\n')) + 1 + 2;
+  EXPECT_NE(shown.find("in the code generated for " + file + ":" + std::to_string(g_line_of_dot + 2)), std::string::npos) << shown;
+  EXPECT_NE(shown.find(">> " + std::to_string(generated) + ": "), std::string::npos) << shown;
+  // an error in the generated file itself is shown at its line
+  EXPECT_NE(pallas::cuda::explain_nvrtc_error("lines.cu(3): error: x\n", src, "lines.cu").find(">> 3: "), std::string::npos);
 }
 
 // The value-layout pass on the same loop (NAME.values.txt): S = Q K^T stays in its fragments,

@@ -1,6 +1,8 @@
 // The IR: a golden test of the printer (the text form is stable), structural hashes (equal
 // kernels hash equal, different ones differ), the verifier, and the primitive registry
 // (every primitive has abstract eval and an interpreter rule; a missing rule names both).
+#include <map>
+
 #include "src/backends/interpret/value.h"
 #include "src/core/pallas_call.h"
 #include "src/ir/ir.h"
@@ -69,6 +71,75 @@ TEST(IR, TextAndHashStableAcrossTraces) {
   EXPECT_EQ(a.jaxpr_text(), b.jaxpr_text());
   EXPECT_EQ(traced(a).hash(), traced(b).hash());
   EXPECT_EQ(pallas::ir::structural_hash(*traced(a).kernel), pallas::ir::structural_hash(*traced(b).kernel));
+}
+
+// Each eqn keeps the kernel source line of the named op that made it (pl::SourceLocation,
+// a defaulted last parameter): the ops a named op binds on its own behalf (the broadcast of
+// where's scalar, astype of a ref view's load) take its line; operators take none; a loop
+// body's eqns take their own lines, not the loop's. Not part of the text or the hash.
+int g_dot_line = 0, g_where_line = 0, g_loop_line = 0, g_sum_line = 0, g_astype_line = 0;
+void located_kernel(pl::Ref x, pl::Ref y, pl::Ref o) {
+  pl::Value a = x.at({pl::all}).astype(pl::f32); g_astype_line = __LINE__;
+  pl::Value d = pl::dot(a, y[pl::all]); g_dot_line = __LINE__;
+  pl::Value e = d * 2.0f;  // an operator
+  auto body = [](pl::Value, pl::Value c) {
+    pl::Value r = pl::sum(c, {1}, true); g_sum_line = __LINE__;
+    return r + c;
+  };
+  pl::Value s = pl::fori_loop(0, 2, e, body); g_loop_line = __LINE__;
+  o[pl::all] = pl::where(s > 0, s, 0.0f); g_where_line = __LINE__;
+}
+
+TEST(IR, EqnsKeepTheirSourceLines) {
+  auto make = [] {
+    pl::Call c = pl::pallas_call(located_kernel, pl::ShapeDtype({8, 8}, pl::f32), {.name = "located"});
+    c.trace({pl::ShapeDtype({8, 8}, pl::bf16), pl::ShapeDtype({8, 8}, pl::f32)});
+    return c;
+  };
+  pl::Call call = make();
+  const pallas::ir::Jaxpr& k = *traced(call).kernel;
+  std::map<std::string, std::vector<int>> lines;  // primitive -> lines of its eqns (0: none)
+  auto file_ok = [](const pallas::ir::Eqn& e) { return !e.loc.file || std::string(e.loc.file).find("ir_test.cc") != std::string::npos; };
+  for (const pallas::ir::Eqn& e : k.eqns) {
+    EXPECT_TRUE(file_ok(e)) << e.loc.file;
+    lines[e.prim->name].push_back(e.loc.line);
+  }
+  EXPECT_EQ(lines["load"], (std::vector<int>{g_astype_line, 0}));  // x's view read by astype; y[all] by an operator
+  EXPECT_EQ(lines["convert_element_type"], std::vector<int>{g_astype_line});
+  EXPECT_EQ(lines["dot"], std::vector<int>{g_dot_line});
+  EXPECT_EQ(lines["mul"], std::vector<int>{0});
+  EXPECT_EQ(lines["fori_loop"], std::vector<int>{g_loop_line});
+  EXPECT_EQ(lines["broadcast_in_dim"], std::vector<int>{g_where_line});  // where's scalar 0, broadcast
+  EXPECT_EQ(lines["select_n"], std::vector<int>{g_where_line});
+  EXPECT_EQ(lines["gt"], std::vector<int>{0});
+  const pallas::ir::Eqn* loop = nullptr;
+  for (const pallas::ir::Eqn& e : k.eqns)
+    if (e.prim->name == "fori_loop") loop = &e;
+  ASSERT_NE(loop, nullptr);
+  std::map<std::string, std::vector<int>> body_lines;
+  for (const pallas::ir::Eqn& e : loop->params.get<pallas::ir::JaxprPtr>("body")->eqns) {
+    EXPECT_TRUE(file_ok(e));
+    body_lines[e.prim->name].push_back(e.loc.line);
+  }
+  EXPECT_EQ(body_lines["reduce_sum"], std::vector<int>{g_sum_line});
+  EXPECT_EQ(body_lines["add"], std::vector<int>{0});
+  // the same kernel traced again has the same text and hash (the lines are not part of them)
+  int dot_line = g_dot_line;
+  g_dot_line = 0;
+  pl::Call again = make();
+  EXPECT_EQ(g_dot_line, dot_line);
+  EXPECT_EQ(traced(call).hash(), traced(again).hash());
+  // ... and a kernel with the same ops at other lines has the same kernel text and hash
+  auto moved = [](pl::Ref x, pl::Ref y, pl::Ref o) {
+    pl::Value a = x.at({pl::all}).astype(pl::f32);
+    pl::Value e = pl::dot(a, y[pl::all]) * 2.0f;
+    pl::Value s = pl::fori_loop(0, 2, e, [](pl::Value, pl::Value c) { return pl::sum(c, {1}, true) + c; });
+    o[pl::all] = pl::where(s > 0, s, 0.0f);
+  };
+  pl::Call other = pl::pallas_call(moved, pl::ShapeDtype({8, 8}, pl::f32), {.name = "located"});
+  other.trace({pl::ShapeDtype({8, 8}, pl::bf16), pl::ShapeDtype({8, 8}, pl::f32)});
+  EXPECT_EQ(pallas::ir::to_text(*traced(other).kernel), pallas::ir::to_text(k));
+  EXPECT_EQ(pallas::ir::structural_hash(*traced(other).kernel), pallas::ir::structural_hash(k));
 }
 
 // Equal kernels written at different places hash equal as jaxprs; different kernels,

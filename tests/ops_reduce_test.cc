@@ -55,7 +55,7 @@ pl::Shape reduced_shape(const std::vector<bool>& red, bool keep) {
   return s;
 }
 
-using ReduceFn = pl::Value (*)(const pl::Value&, pl::Axes, bool);
+using ReduceFn = pl::Value (*)(const pl::Value&, pl::Axes, bool, pl::SourceLocation);  // the located signature of pl::sum etc.
 
 void check_float_reduce(const char* name, ReduceFn fn, double init, double (*step)(double, double), double lo,
                         double hi, bool edges) {
@@ -75,7 +75,7 @@ void check_float_reduce(const char* name, ReduceFn fn, double init, double (*ste
         pl::Shape os = reduced_shape(ac.red, keep);
         pl::Axes axes = ac.axes;
         auto call = interp_call([fn, axes, keep](pl::Ref xr, pl::Ref o) {
-          pl::Value r = fn(xr[pl::all], axes, keep);
+          pl::Value r = fn(xr[pl::all], axes, keep, pl::SourceLocation::current());
           if (r.shape().empty()) pl::store(o, {}, r);
           else o[pl::all] = r;
         }, {pl::ShapeDtype(os, t)});

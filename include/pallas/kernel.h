@@ -17,6 +17,19 @@
 
 namespace pallas {
 
+// The caller's file and line (std::source_location is missing from clang 14 with libstdc++).
+// The named ops below take one as a defaulted last parameter: each equation of a trace keeps
+// the place in the kernel's source that made it, and the CUDA backend's generated code points
+// back there (#line), so an NVRTC message or a profiler's source view leads to the kernel.
+// Operators (a + b, ref[...]) cannot take one, nor the elementwise functions (pl::exp, pl::add:
+// they stay plain functions, so that they can be passed as function pointers); their equations
+// take the place of the named op they are part of, if any.
+struct SourceLocation {
+  const char* file = "";
+  int line = 0;
+  static constexpr SourceLocation current(const char* f = __builtin_FILE(), int l = __builtin_LINE()) { return {f, l}; }
+};
+
 namespace detail {
 struct ValueImpl;
 }
@@ -45,7 +58,7 @@ class Value {
   bool weak_type() const;
   std::string str() const;  // "f32[128,64]"
 
-  Value astype(DType t) const;
+  Value astype(DType t, SourceLocation loc = SourceLocation::current()) const;
   Value reshape(Shape s) const;
   Value T() const;  // reverse the axes
 
@@ -115,7 +128,7 @@ class RefView {
   const RefView& operator=(const RefView& v) const;  // o[all] = x[all]
   const RefView& operator+=(const Value& v) const;   // addupdate
   // Conveniences so a view can be used like the Value it reads.
-  Value astype(DType t) const { return get().astype(t); }
+  Value astype(DType t, SourceLocation loc = SourceLocation::current()) const;  // the load and the conversion
   Shape shape() const { return get().shape(); }
 
  private:
@@ -143,8 +156,8 @@ class Ref {
 };
 
 // ---- memory ----
-Value load(const Ref& ref, Indexers idx, LoadOptions opts = {});
-void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {});
+Value load(const Ref& ref, Indexers idx, LoadOptions opts = {}, SourceLocation loc = SourceLocation::current());
+void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {}, SourceLocation loc = SourceLocation::current());
 Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {});
 // Atomic read-modify-write; returns the previous values.
 Value atomic_add(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
@@ -179,10 +192,10 @@ inline Value sigmoid(const Value& x) { return logistic(x); }
 PALLAS_API_BINARY(PALLAS_X)
 #undef PALLAS_X
 
-Value where(const Value& cond, const Value& x, const Value& y);
+Value where(const Value& cond, const Value& x, const Value& y, SourceLocation loc = SourceLocation::current());
 Value select_n(const Value& which, const std::vector<Value>& cases);
-Value clamp(const Value& lo, const Value& x, const Value& hi);
-Value integer_pow(const Value& x, int n);
+Value clamp(const Value& lo, const Value& x, const Value& hi, SourceLocation loc = SourceLocation::current());
+Value integer_pow(const Value& x, int n, SourceLocation loc = SourceLocation::current());
 Value square(const Value& x);
 Value bitcast(const Value& x, DType t);  // same bit width
 Value stop_gradient(const Value& x);
@@ -222,16 +235,16 @@ struct Axes {
   Axes(std::vector<int> a) : axes(std::move(a)) {}  // NOLINT
 };
 
-Value broadcast_to(const Value& x, const Shape& shape);
+Value broadcast_to(const Value& x, const Shape& shape, SourceLocation loc = SourceLocation::current());
 Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& broadcast_dims);
-Value reshape(const Value& x, const Shape& shape);
+Value reshape(const Value& x, const Shape& shape, SourceLocation loc = SourceLocation::current());
 Value squeeze(const Value& x, Axes axes = {});
-Value expand_dims(const Value& x, int axis);
-Value transpose(const Value& x, std::vector<int> perm = {});
-Value iota(DType dtype, const Shape& shape, int dimension = 0);
+Value expand_dims(const Value& x, int axis, SourceLocation loc = SourceLocation::current());
+Value transpose(const Value& x, std::vector<int> perm = {}, SourceLocation loc = SourceLocation::current());
+Value iota(DType dtype, const Shape& shape, int dimension = 0, SourceLocation loc = SourceLocation::current());
 Value arange(int64_t stop);                 // i32[stop]
 Value arange(int64_t start, int64_t stop);  // i32[stop-start]
-Value convert_element_type(const Value& x, DType t);
+Value convert_element_type(const Value& x, DType t, SourceLocation loc = SourceLocation::current());
 
 // pl::full / pl::zeros: a Value inside a kernel, an Array outside (both conversions exist).
 struct Filled {
@@ -256,16 +269,16 @@ struct DotOptions {
   Precision precision = Precision::Default;  // f32: Default/High use tf32 on the GPU, Highest is IEEE f32
   std::optional<DType> preferred_type;       // accumulator/result; default f32 (i32 for ints, f64 for f64)
 };
-Value dot(const Value& a, const Value& b, DotOptions opts = {});
+Value dot(const Value& a, const Value& b, DotOptions opts = {}, SourceLocation loc = SourceLocation::current());
 
 // ---- reductions ----
-Value sum(const Value& x, Axes axes = {}, bool keepdims = false);
-Value max(const Value& x, Axes axes = {}, bool keepdims = false);
-Value min(const Value& x, Axes axes = {}, bool keepdims = false);
-Value prod(const Value& x, Axes axes = {}, bool keepdims = false);
-Value argmax(const Value& x, int axis, bool keepdims = false);
-Value argmin(const Value& x, int axis, bool keepdims = false);
-Value cumsum(const Value& x, int axis);
+Value sum(const Value& x, Axes axes = {}, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value max(const Value& x, Axes axes = {}, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value min(const Value& x, Axes axes = {}, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value prod(const Value& x, Axes axes = {}, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value argmax(const Value& x, int axis, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value argmin(const Value& x, int axis, bool keepdims = false, SourceLocation loc = SourceLocation::current());
+Value cumsum(const Value& x, int axis, SourceLocation loc = SourceLocation::current());
 
 // ---- control flow (bodies are traced once into sub-jaxprs) ----
 namespace detail {
@@ -273,7 +286,7 @@ using LoopBody = std::function<std::vector<Value>(const Value&, const std::vecto
 using CondFn = std::function<std::vector<Value>(const std::vector<Value>&)>;
 using Branch = std::function<std::vector<Value>(const std::vector<Value>&)>;
 std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::vector<Value>& init,
-                                  const LoopBody& body, int unroll);
+                                  const LoopBody& body, int unroll, SourceLocation loc);
 std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body);
 std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& branches,
                                const std::vector<Value>& operands);
@@ -283,29 +296,29 @@ Value branch_index(const Value& pred);
 
 // fori_loop(lo, hi, init, body): body(i, carry) -> carry; carry is one Value or a vector.
 template <class Body>
-Value fori_loop(const Value& lo, const Value& hi, const Value& init, Body&& body, int unroll = 1) {
+Value fori_loop(const Value& lo, const Value& hi, const Value& init, Body&& body, int unroll = 1, SourceLocation loc = SourceLocation::current()) {
   return detail::fori_loop_impl(
       lo, hi, {init},
       [&](const Value& i, const std::vector<Value>& c) { return std::vector<Value>{body(i, c[0])}; },
-      unroll)[0];
+      unroll, loc)[0];
 }
 template <class Body>
 std::vector<Value> fori_loop(const Value& lo, const Value& hi, const std::vector<Value>& init, Body&& body,
-                             int unroll = 1) {
+                             int unroll = 1, SourceLocation loc = SourceLocation::current()) {
   return detail::fori_loop_impl(
       lo, hi, init,
-      [&](const Value& i, const std::vector<Value>& c) { return std::vector<Value>(body(i, c)); }, unroll);
+      [&](const Value& i, const std::vector<Value>& c) { return std::vector<Value>(body(i, c)); }, unroll, loc);
 }
 // Loop for its effects only: body(i).
 template <class Body>
-void fori_loop(const Value& lo, const Value& hi, Body&& body, int unroll = 1) {
+void fori_loop(const Value& lo, const Value& hi, Body&& body, int unroll = 1, SourceLocation loc = SourceLocation::current()) {
   detail::fori_loop_impl(
       lo, hi, {},
       [&](const Value& i, const std::vector<Value>&) {
         body(i);
         return std::vector<Value>{};
       },
-      unroll);
+      unroll, loc);
 }
 
 template <class Cond, class Body>

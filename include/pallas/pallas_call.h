@@ -94,13 +94,6 @@ struct CallOptions {
 void set_interpret_num_threads(int n);
 int interpret_num_threads();
 
-// The caller's file and line (std::source_location is missing from clang 14 with libstdc++).
-struct SourceLocation {
-  const char* file = "";
-  int line = 0;
-  static constexpr SourceLocation current(const char* f = __builtin_FILE(), int l = __builtin_LINE()) { return {f, l}; }
-};
-
 namespace detail {
 struct CallState;
 using KernelFn = std::function<void(const std::vector<Ref>&)>;

@@ -155,11 +155,19 @@ struct SrcLoc {
   std::string str() const { return file.empty() ? "" : file + ":" + std::to_string(line); }
 };
 
+// Where in the kernel's source an equation was traced (file: a string literal of the
+// caller's translation unit; null when unknown). Not part of the printed text or the hash.
+struct SourceLoc {
+  const char* file = nullptr;
+  int line = 0;
+};
+
 struct Eqn {
   const Primitive* prim = nullptr;
   Params params;
   std::vector<Atom> in;
   std::vector<Var> out;
+  SourceLoc loc;
 };
 
 struct Jaxpr {

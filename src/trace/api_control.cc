@@ -89,7 +89,8 @@ void check_carry(const char* what, const std::vector<Aval>& want, const std::vec
 namespace detail {
 
 std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::vector<Value>& init,
-                                  const LoopBody& body, int unroll) {
+                                  const LoopBody& body, int unroll, SourceLocation loc) {
+  trace::Here here(loc);
   auto b = api::promote("fori_loop", {lo, hi}, false);
   DType it = b[0].weak_type() ? DType::I32 : b[0].dtype();
   Value l = api::convert(b[0], it, false), h = api::convert(b[1], it, false);

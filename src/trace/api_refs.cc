@@ -133,7 +133,8 @@ Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value
 
 }  // namespace
 
-Value load(const Ref& ref, Indexers idx, LoadOptions o) {
+Value load(const Ref& ref, Indexers idx, LoadOptions o, SourceLocation loc) {
+  trace::Here here(loc);
   Indexed ix = make_indexer("load", ref.value(), idx, o.mask.defined());
   std::vector<Value> in{ref.value()};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
@@ -162,7 +163,8 @@ std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers
 }
 }  // namespace
 
-void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
+void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o, SourceLocation loc) {
+  trace::Here here(loc);
   ir::Params p;
   auto in = store_operands("store", ref, idx, v, o.mask, &p);
   if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::store"));
@@ -194,6 +196,10 @@ Indexer::Indexer(const RefView& v) : kind(Kind::Index), index(v.get()) {}
 
 RefView::RefView(const Ref& r, Indexers idx) : ref_(r.value().impl()), idx_(std::move(idx)) {}
 Value RefView::get() const { return load(Ref(Value(ref_)), idx_); }
+Value RefView::astype(DType t, SourceLocation loc) const {
+  trace::Here here(loc);
+  return get().astype(t);
+}
 const RefView& RefView::operator=(const Value& v) const {
   store(Ref(Value(ref_)), idx_, v);
   return *this;

@@ -31,7 +31,7 @@ const Shape& Value::shape() const { return aval_of(*this, "Value::shape").shape;
 DType Value::dtype() const { return aval_of(*this, "Value::dtype").dtype; }
 bool Value::weak_type() const { return aval_of(*this, "Value::weak_type").weak; }
 std::string Value::str() const { return defined() ? impl_->aval.str() : std::string("<empty Value>"); }
-Value Value::astype(DType t) const { return convert_element_type(*this, t); }
+Value Value::astype(DType t, SourceLocation loc) const { trace::Here here(loc); return convert_element_type(*this, t); }
 Value Value::reshape(Shape s) const { return pallas::reshape(*this, s); }
 Value Value::T() const { return transpose(*this); }
 
@@ -203,7 +203,7 @@ Value operator-(const Value& a) { return neg(a); }
 Value operator!(const Value& a) { return logical_not(a); }
 Value operator~(const Value& a) { return bitwise_not(a); }
 
-Value where(const Value& c, const Value& x, const Value& y) {
+Value where(const Value& c, const Value& x, const Value& y, SourceLocation loc) { trace::Here here(loc);
   Value cb = c.dtype() == DType::Bool ? c : ne(c, 0);
   auto v = api::promote("where", {x, y}, false);
   Shape s = api::broadcast_shapes("where", api::broadcast_shapes("where", v[0].shape(), v[1].shape()), cb.shape());
@@ -223,7 +223,7 @@ Value select_n(const Value& which, const std::vector<Value>& cases) {
   return bind1(PrimId::select_n, in);
 }
 
-Value clamp(const Value& lo, const Value& x, const Value& hi) {
+Value clamp(const Value& lo, const Value& x, const Value& hi, SourceLocation loc) { trace::Here here(loc);
   DType t = x.dtype();
   auto fit = [&](const Value& b) {
     Value c = b.weak_type() || b.dtype() == t ? api::convert(b, t, false) : b;
@@ -232,19 +232,19 @@ Value clamp(const Value& lo, const Value& x, const Value& hi) {
   return bind1(PrimId::clamp, {fit(lo), x, fit(hi)});
 }
 
-Value integer_pow(const Value& x, int n) { return bind1(PrimId::integer_pow, {x}, {{"y", int64_t{n}}}); }
+Value integer_pow(const Value& x, int n, SourceLocation loc) { trace::Here here(loc); return bind1(PrimId::integer_pow, {x}, {{"y", int64_t{n}}}); }
 Value square(const Value& x) { return integer_pow(x, 2); }
 Value bitcast(const Value& x, DType t) { return bind1(PrimId::bitcast_convert_type, {x}, {{"new_dtype", t}}); }
 Value stop_gradient(const Value& x) { return bind1(PrimId::stop_gradient, {x}); }
-Value convert_element_type(const Value& x, DType t) { return api::convert(x, t, false); }
+Value convert_element_type(const Value& x, DType t, SourceLocation loc) { trace::Here here(loc); return api::convert(x, t, false); }
 
 // ---- shapes ----
-Value broadcast_to(const Value& x, const Shape& shape) { return api::broadcast(x, shape); }
+Value broadcast_to(const Value& x, const Shape& shape, SourceLocation loc) { trace::Here here(loc); return api::broadcast(x, shape); }
 Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& dims) {
   return bind1(PrimId::broadcast_in_dim, {x},
                {{"shape", shape}, {"broadcast_dimensions", std::vector<int64_t>(dims.begin(), dims.end())}});
 }
-Value reshape(const Value& x, const Shape& shape) {
+Value reshape(const Value& x, const Shape& shape, SourceLocation loc) { trace::Here here(loc);
   Shape s = shape;
   int64_t known = 1;
   int infer = -1;
@@ -271,7 +271,7 @@ Value squeeze(const Value& x, Axes axes) {
   if (dims.empty()) return x;
   return bind1(PrimId::squeeze, {x}, {{"dimensions", dims}});
 }
-Value expand_dims(const Value& x, int axis) {
+Value expand_dims(const Value& x, int axis, SourceLocation loc) { trace::Here here(loc);
   Shape s = x.shape();
   int n = static_cast<int>(s.size()) + 1;
   int a = axis < 0 ? axis + n : axis;
@@ -279,7 +279,7 @@ Value expand_dims(const Value& x, int axis) {
   s.insert(s.begin() + a, 1);
   return bind1(PrimId::reshape, {x}, {{"new_sizes", s}});
 }
-Value transpose(const Value& x, std::vector<int> perm) {
+Value transpose(const Value& x, std::vector<int> perm, SourceLocation loc) { trace::Here here(loc);
   std::vector<int64_t> p;
   if (perm.empty())
     for (int k = x.ndim() - 1; k >= 0; --k) p.push_back(k);
@@ -287,7 +287,7 @@ Value transpose(const Value& x, std::vector<int> perm) {
     p.assign(perm.begin(), perm.end());
   return bind1(PrimId::transpose, {x}, {{"permutation", p}});
 }
-Value iota(DType dtype, const Shape& shape, int dimension) {
+Value iota(DType dtype, const Shape& shape, int dimension, SourceLocation loc) { trace::Here here(loc);
   int d = ops::normalize_axis("iota", dimension, static_cast<int>(shape.size()));  // -1: the last
   return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{d}}});
 }
@@ -304,7 +304,7 @@ Value full_like(const Value& x, double value) { return Filled{x.shape(), value, 
 Value zeros_like(const Value& x) { return full_like(x, 0.0); }
 
 // ---- dot ----
-Value dot(const Value& a, const Value& b, DotOptions o) {
+Value dot(const Value& a, const Value& b, DotOptions o, SourceLocation loc) { trace::Here here(loc);
   ir::Params p;
   p.set_flag("trans_a", o.trans_a);
   p.set_flag("trans_b", o.trans_b);
@@ -339,13 +339,13 @@ Value arg(PrimId id, const Value& x, int axis, bool keepdims) {
   return keep(bind1(id, {x}, {{"axis", int64_t{a}}, {"index_dtype", DType::I32}}), x, {a}, keepdims);
 }
 }  // namespace
-Value sum(const Value& x, Axes axes, bool keepdims) { return reduce(PrimId::reduce_sum, x, axes, keepdims); }
-Value max(const Value& x, Axes axes, bool keepdims) { return reduce(PrimId::reduce_max, x, axes, keepdims); }
-Value min(const Value& x, Axes axes, bool keepdims) { return reduce(PrimId::reduce_min, x, axes, keepdims); }
-Value prod(const Value& x, Axes axes, bool keepdims) { return reduce(PrimId::reduce_prod, x, axes, keepdims); }
-Value argmax(const Value& x, int axis, bool keepdims) { return arg(PrimId::argmax, x, axis, keepdims); }
-Value argmin(const Value& x, int axis, bool keepdims) { return arg(PrimId::argmin, x, axis, keepdims); }
-Value cumsum(const Value& x, int axis) {
+Value sum(const Value& x, Axes axes, bool keepdims, SourceLocation loc) { trace::Here here(loc); return reduce(PrimId::reduce_sum, x, axes, keepdims); }
+Value max(const Value& x, Axes axes, bool keepdims, SourceLocation loc) { trace::Here here(loc); return reduce(PrimId::reduce_max, x, axes, keepdims); }
+Value min(const Value& x, Axes axes, bool keepdims, SourceLocation loc) { trace::Here here(loc); return reduce(PrimId::reduce_min, x, axes, keepdims); }
+Value prod(const Value& x, Axes axes, bool keepdims, SourceLocation loc) { trace::Here here(loc); return reduce(PrimId::reduce_prod, x, axes, keepdims); }
+Value argmax(const Value& x, int axis, bool keepdims, SourceLocation loc) { trace::Here here(loc); return arg(PrimId::argmax, x, axis, keepdims); }
+Value argmin(const Value& x, int axis, bool keepdims, SourceLocation loc) { trace::Here here(loc); return arg(PrimId::argmin, x, axis, keepdims); }
+Value cumsum(const Value& x, int axis, SourceLocation loc) { trace::Here here(loc);
   return bind1(PrimId::cumsum, {x}, {{"axis", int64_t{ops::normalize_axis("cumsum", axis, x.ndim())}}});
 }
 

@@ -1,12 +1,36 @@
 #include "src/trace/trace.h"
 
+#include <string>
+
 namespace pallas::trace {
 
 namespace {
 thread_local Frame* g_current = nullptr;
+thread_local ir::SourceLoc g_loc;
+
+// The library's own sources (src/) and public headers: a location there is not the kernel's.
+bool in_library(const char* file) {
+  static const std::string src = [] {
+    std::string f = __FILE__;  // <root>/src/trace/trace.cc
+    size_t p = f.rfind("src/trace/");
+    return p == std::string::npos ? std::string("\x01") : f.substr(0, p + 4);
+  }();
+  std::string f = file;
+  return f.compare(0, src.size(), src) == 0 || f.find("include/pallas/") != std::string::npos;
 }
+}  // namespace
 
 Frame* current_frame() { return g_current; }
+
+Here::Here(SourceLocation loc) {
+  if (g_loc.file || !loc.file || !*loc.file || !g_current || in_library(loc.file)) return;
+  g_loc = {loc.file, loc.line};
+  set_ = true;
+}
+Here::~Here() {
+  if (set_) g_loc = {};
+}
+ir::SourceLoc current_loc() { return g_loc; }
 
 Frame& require_frame(const char* op) {
   if (!g_current)
@@ -15,10 +39,14 @@ Frame& require_frame(const char* op) {
   return *g_current;
 }
 
-Frame::Frame(const KernelContext* ctx, bool nested) : ctx_(ctx), parent_(g_current), nested_(nested) {
+Frame::Frame(const KernelContext* ctx, bool nested) : ctx_(ctx), parent_(g_current), nested_(nested), saved_loc_(g_loc) {
   g_current = this;
+  g_loc = {};  // a body or branch traced here is not part of the op that traces it
 }
-Frame::~Frame() { g_current = parent_; }
+Frame::~Frame() {
+  g_current = parent_;
+  g_loc = saved_loc_;
+}
 
 ir::Var Frame::add_invar(ir::Aval a) {
   ir::Var v = ir::new_var(std::move(a));
@@ -53,6 +81,7 @@ std::vector<ir::Atom> Frame::bind(const ir::Primitive& p, const std::vector<ir::
   ir::Eqn e;
   e.prim = &p;
   e.params = std::move(params);
+  e.loc = g_loc;
   std::vector<ir::Aval> avals;
   for (auto& a : in) {
     e.in.push_back(localize(a));

@@ -52,9 +52,26 @@ class Frame {
   std::unordered_map<int64_t, ir::Var> captured_;
   std::vector<ir::Var> captured_inner_;
   std::vector<ir::Atom> captured_outer_;
+  ir::SourceLoc saved_loc_;
 };
 
 Frame* current_frame();  // nullptr outside any trace
+
+// The source location equations bound while it lives are stamped with: the outermost named
+// op's caller (an op the library calls on its own behalf keeps its caller's place). Locations
+// inside the library itself (its sources and public headers) are not the kernel's and are
+// skipped. A nested frame (a loop body, a branch) starts with none.
+class Here {
+ public:
+  explicit Here(SourceLocation loc);
+  ~Here();
+  Here(const Here&) = delete;
+  Here& operator=(const Here&) = delete;
+
+ private:
+  bool set_ = false;
+};
+ir::SourceLoc current_loc();
 Frame& require_frame(const char* op);
 
 // Helpers for the public API implementation.

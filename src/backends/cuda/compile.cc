@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 #include <unistd.h>
 
 namespace pallas::cuda {
@@ -65,14 +66,36 @@ std::string context(const std::string& src, int line) {
   return out;
 }
 
-// Points at the first "(line): error" in the log with the source around it.
-std::string explain(const std::string& log, const std::string& src) {
+}  // namespace
+
+// A kernel source's line (the #line directives the emitter writes before each located eqn)
+// is found back in the generated code: the line after the last directive for that file at or
+// above it, plus the difference.
+
+std::string explain_nvrtc_error(const std::string& log, const std::string& src, const std::string& cu_name) {
   size_t p = log.find("): error");
   if (p == std::string::npos) p = log.find("error");
   size_t q = p == std::string::npos ? std::string::npos : log.rfind('(', p);
   int line = q == std::string::npos ? 0 : std::atoi(log.c_str() + q + 1);
-  return line > 0 ? "\n" + context(src, line) : "";
+  if (line <= 0) return "";
+  size_t b = log.rfind('\n', q);
+  std::string file = log.substr(b == std::string::npos ? 0 : b + 1, q - (b == std::string::npos ? 0 : b + 1));
+  if (file.empty() || file == cu_name) return "\n" + context(src, line);
+  std::istringstream in(src);
+  std::string l, tag = "\"" + file + "\"";
+  int n = 0, best_at = 0, best = 0;
+  while (std::getline(in, l)) {
+    ++n;
+    size_t h = l.find("#line ");
+    if (h == std::string::npos || l.find(tag) == std::string::npos) continue;
+    int ld = std::atoi(l.c_str() + h + 6);
+    if (ld <= line && ld > best) best = ld, best_at = n;
+  }
+  return best_at ? "\nin the code generated for " + file + ":" + std::to_string(line) + ":\n" + context(src, best_at + 1 + (line - best))
+                 : "";
 }
+
+namespace {
 
 void check(nvrtcResult r, const std::string& what) {
   if (r != NVRTC_SUCCESS) throw Error(what + ": " + nvrtcGetErrorString(r));
@@ -170,8 +193,15 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     write_file(std::string(passes) + "/" + L.name + ".dots.txt", L.dots_text);
   const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
   std::string dump_dir = dump_env ? dump_env : call.debug ? cache_dir() + "/dump" : "";
+  // The line table (-lineinfo) maps the cubin's instructions to the #line places of the kernel
+  // source, for profilers' source views: with PALLAS_LINEINFO=1, or when a profiler injects
+  // itself (Nsight Compute and Systems set CUDA_INJECTION64_PATH); PALLAS_LINEINFO=0 never.
+  // It costs NVRTC about a tenth more time.
+  const char* li = std::getenv("PALLAS_LINEINFO");
+  bool lineinfo = li ? std::string(li) != "0" : std::getenv("CUDA_INJECTION64_PATH") != nullptr;
   char hb[32];
-  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(ir::hash_text(L.source + "|" + arch + "|" + nvrtc_version())));
+  std::snprintf(hb, sizeof hb, "%016llx",
+                static_cast<unsigned long long>(ir::hash_text(L.source + "|" + arch + "|" + nvrtc_version() + (lineinfo ? "|lineinfo" : ""))));
   std::string disk = cache_dir() + "/" + L.name.substr(0, 48) + "_" + hb + ".cubin";
   bool no_disk = std::getenv("PALLAS_NO_DISK_CACHE") != nullptr;
   if (!no_disk && dump_dir.empty() && read_file(disk, &c->cubin)) {
@@ -184,8 +214,10 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
     // performance notes such as wgmma serialisation) on stderr.
     bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
-    const char* opts[] = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550", "--ptxas-options=-v"};
-    nvrtcResult r = nvrtcCompileProgram(prog, report ? 5 : 4, opts);
+    std::vector<const char*> opts = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550"};
+    if (lineinfo) opts.push_back("-lineinfo");
+    if (report) opts.push_back("--ptxas-options=-v");
+    nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
     size_t n = 0;
     nvrtcGetProgramLogSize(prog, &n);
     std::string log(n, '\0');
@@ -195,7 +227,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
       nvrtcDestroyProgram(&prog);
       if (!dump_dir.empty()) dump(L, "", dump_dir);
       throw Error(call.what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + arch + ":\n" + log +
-                  explain(log, L.source) + "(set PALLAS_DUMP_DIR to keep the generated source)");
+                  explain_nvrtc_error(log, L.source, L.name + ".cu") + "(set PALLAS_DUMP_DIR to keep the generated source)");
     }
     size_t cn = 0;
     check(nvrtcGetCUBINSize(prog, &cn), call.what + ": NVRTC cubin");

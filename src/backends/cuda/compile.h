@@ -27,5 +27,9 @@ struct Compiled {
 // as lower()'s (false for AOT kernels).
 std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true);
 std::string nvrtc_version();
+// The generated source around the first error of an NVRTC log: at the line the log names in
+// the generated file (cu_name), or, for a kernel source's line (the emitter's #line
+// directives), where the code generated for it starts.
+std::string explain_nvrtc_error(const std::string& log, const std::string& src, const std::string& cu_name);
 
 }  // namespace pallas::cuda

@@ -194,6 +194,14 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
       else value_layouts[v->id] = want;
     }
+    // The kernel source's line that made the eqn: NVRTC's messages and the line table
+    // (-lineinfo, for profilers) point there; the eqns after it without a place of their own
+    // (operators) stay with it.
+    if (e.loc.file) {
+      std::string f;
+      for (const char* c = e.loc.file; *c; ++c) f += (*c == '"' || *c == '\\') ? std::string("\\") + *c : std::string(1, *c);
+      line("#line " + std::to_string(e.loc.line) + " \"" + f + "\"");
+    }
     if (eqn_text)
       if (auto t = eqn_text->find(&e); t != eqn_text->end()) line("// " + t->second);
     r(*this, e);
