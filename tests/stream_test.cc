@@ -3,6 +3,7 @@
 // skipped (with the reason) without a GPU.
 #include <pallas/pallas.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "tests/test_util.h"
@@ -13,10 +14,10 @@
 namespace {
 namespace pl = pallas;
 
-pl::Call axpy(int64_t n) {
+pl::Call axpy(int64_t n, pl::Backend backend = pl::Backend::Auto) {
   auto spec = pl::BlockSpec({256}, [](pl::Value i) { return pl::idx(i); });
   return pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = 2.f * x[pl::all] + y[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
-                         {.grid = {n / 256}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "stream_axpy"});
+                         {.grid = {n / 256}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "stream_axpy", .backend = backend});
 }
 
 TEST(Streams, ScopesNestPerThread) {
@@ -35,6 +36,22 @@ TEST(Streams, ScopesNestPerThread) {
   EXPECT_EQ(pl::current_stream(), nullptr);
 }
 
+// Device routing without GPUs: under the stub driver (bench/stub_driver, STUB_CUDA_DEVICES=2;
+// CTest's stub.DeviceRouting runs this test so) the library sees two devices; kernels do not
+// run there, so only where calls and their arrays go is checked.
+TEST(DevicesStubDriver, CallsGoWhereTheirArgumentsLive) {
+  if (!std::getenv("STUB_CUDA_DEVICES")) GTEST_SKIP() << "runs under the stub driver only (ctest -R stub.DeviceRouting)";
+  ASSERT_EQ(pl::cuda_device_count(), 2);
+  pl::Call k = axpy(1024, pl::Backend::Cuda);
+  pl::Array x = pl::Array::full({1024}, 1, pl::f32), y = pl::Array::full({1024}, 2, pl::f32);
+  for (int d : {1, 0, 1}) EXPECT_EQ(k(x.to(pl::Device::cuda(d)), y.to(pl::Device::cuda(d))).device(), pl::Device::cuda(d));
+  EXPECT_EQ(k(x, y.to(pl::Device::cuda(1))).device(), pl::Device::cuda(1));  // a host argument joins its partner
+  EXPECT_EQ(k(x, y).device(), pl::Device::cuda(0));                         // all on the host: cuda:0
+  EXPECT_TRUE(pt::throws_error([&] { k(x.to(pl::Device::cuda(0)), y.to(pl::Device::cuda(1))); }, {"stream_axpy", "cuda:0 and cuda:1", "move them to one"}));
+  EXPECT_TRUE(pt::throws_error([&] { x.to(pl::Device::cuda(2)); }, {"cuda:2 does not exist", "2 CUDA devices (cuda:0 to cuda:1)"}));
+  pl::synchronize();
+}
+
 #ifdef PALLAS_TEST_HAVE_CUDA
 namespace cu = pallas::cuda;
 
@@ -43,6 +60,40 @@ struct OwnStream {
   OwnStream() { cu::check(cu::driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "creating a stream"); }
   ~OwnStream() { cu::driver().cuStreamDestroy(s); }
 };
+
+// Devices: a device that does not exist is a clear error (naming how many there are); with two
+// GPUs, a call runs on the device its arguments live on, and arguments on two devices are an
+// error. (Only the first runs on a one-GPU machine; the second says it is skipped.)
+TEST(DevicesGpuOnly, ADeviceThatDoesNotExistIsAClearError) {
+  if (!pl::cuda_available()) GTEST_SKIP() << "needs a CUDA device";
+  int n = pl::cuda_device_count();
+  EXPECT_GE(n, 1);
+  EXPECT_TRUE(pt::throws_error([&] { pl::Array::zeros({4}, pl::f32).to(pl::Device::cuda(n)); },
+                               {"cuda:" + std::to_string(n) + " does not exist", "this machine has " + std::to_string(n) + " CUDA device"}));
+  EXPECT_TRUE(pt::throws_error([&] { pl::Array(pl::Shape{4}, pl::f32, pl::Device::cuda(-1)); }, {"cuda:-1 does not exist"}));
+  // and device 0 still works after the errors
+  std::vector<float> v = axpy(256)(pl::Array::full({256}, 1, pl::f32).to(pl::Device::cuda(0)), pl::Array::full({256}, 2, pl::f32)).to_vector<float>();
+  EXPECT_EQ(v[0], 4.f);
+}
+
+TEST(DevicesGpuOnly, CallsRunWhereTheirArgumentsLive) {
+  if (pl::cuda_device_count() < 2)
+    GTEST_SKIP() << "needs 2 CUDA devices; this machine has " << pl::cuda_device_count();
+  const int64_t n = 1 << 16;
+  pl::Array x = pl::random::normal({n}, pl::f32, 3), y = pl::random::normal({n}, pl::f32, 4);
+  pl::Call k = axpy(n);
+  std::vector<float> want = axpy(n, pl::Backend::Interpret)(x, y).to_vector<float>();
+  for (int d : {1, 0, 1}) {  // the same call on two devices, each with its own module
+    pl::Array out = k(x.to(pl::Device::cuda(d)), y.to(pl::Device::cuda(d)));
+    EXPECT_EQ(out.device(), pl::Device::cuda(d));
+    EXPECT_EQ(out.to_vector<float>(), want);
+  }
+  pl::Array out = k(x, y.to(pl::Device::cuda(1)));  // a host argument goes to its partner's device
+  EXPECT_EQ(out.device(), pl::Device::cuda(1));
+  EXPECT_TRUE(pt::throws_error([&] { k(x.to(pl::Device::cuda(0)), y.to(pl::Device::cuda(1))); },
+                               {"stream_axpy", "cuda:0 and cuda:1", "move them to one"}));
+  pl::synchronize();
+}
 
 // Calls, copies and reads on a non-blocking stream: the results are the legacy stream's.
 TEST(StreamsGpuOnly, CallsRunOnTheCallersStream) {

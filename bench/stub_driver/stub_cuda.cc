@@ -67,13 +67,18 @@ CUresult cuDriverGetVersion(int* v) {
   *v = CUDA_VERSION;
   return CUDA_SUCCESS;
 }
+// STUB_CUDA_DEVICES=n: that many devices (default 1), for checking the library's device routing.
+int stub_devices() {
+  const char* e = std::getenv("STUB_CUDA_DEVICES");
+  return e && std::atoi(e) > 0 ? std::atoi(e) : 1;
+}
 CUresult cuDeviceGetCount(int* n) {
-  *n = 1;
+  *n = stub_devices();
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGet(CUdevice* d, int ordinal) {
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *d = 0;
+  if (ordinal < 0 || ordinal >= stub_devices()) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
   return CUDA_SUCCESS;
 }
 // An H200 (sm_90): the attributes the library and a caller's program are likely to ask for.

@@ -182,6 +182,10 @@ Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
 
 // Whether a CUDA device is usable in this process (driver found, device present).
 bool cuda_available();
+// How many CUDA devices this process can use (0 without one). A call runs on the device its
+// arguments live on (Device::cuda(n); host arguments are copied there), else where into()'s
+// outputs live, else cuda:0; each device has its own context, loaded modules and memory pool.
+int cuda_device_count();
 
 // How many calls ran on each backend in this process (every pallas_call and transformed call;
 // the test suite reports these, so it shows where its kernels ran).

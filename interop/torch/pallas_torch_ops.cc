@@ -62,17 +62,14 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* op, const 
 }
 
 // A non-owning view of a tensor's storage, flattened to `shape` (no copy). Kernels address
-// row-major blocks, so the tensor must be contiguous; Pallas runs on cuda:0 only so far.
+// row-major blocks, so the tensor must be contiguous. A call runs on the device its arrays
+// live on (torch's cuda:n is Pallas' cuda:n: both use the device's primary context).
 pl::Array view_of(const at::Tensor& t, pl::Shape shape, const char* op, const char* arg) {
   TORCH_CHECK(t.is_contiguous(), "pallas::", op, ": ", arg, " is not contiguous (sizes ", t.sizes(), ", strides ",
               t.strides(), "); call .contiguous() on it first");
   pl::DType dt = pallas_dtype(t, op, arg);
-  if (t.is_cuda()) {
-    TORCH_CHECK(t.device().index() == 0, "pallas::", op, ": ", arg, " is on ", t.device(),
-                "; Pallas C++ runs on cuda:0 only so far");
-    return pl::Array::view(t.data_ptr(), std::move(shape), dt, pl::Device::cuda(0));
-  }
-  TORCH_CHECK(t.is_cpu(), "pallas::", op, ": ", arg, " is on ", t.device(), "; supported: cuda:0, cpu");
+  if (t.is_cuda()) return pl::Array::view(t.data_ptr(), std::move(shape), dt, pl::Device::cuda(t.device().index()));
+  TORCH_CHECK(t.is_cpu(), "pallas::", op, ": ", arg, " is on ", t.device(), "; supported: cuda, cpu");
   return pl::Array::view(t.data_ptr(), std::move(shape), dt, pl::Device::host());
 }
 

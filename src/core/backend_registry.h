@@ -40,6 +40,7 @@ struct BackendRunner {
   // parallel) and names the device (the autotuner's cache key).
   virtual void precompile(const PallasCall& call) const {}
   virtual std::string device_name() const { return "host"; }
+  virtual int device_count() const { return 0; }
   // Runs with every pl::check collected (checkify); only the interpreter implements it so far.
   virtual CheckedRun run_checked(const PallasCall& call, const std::vector<Array>& args) const {
     throw Error(call.what + ": this backend cannot collect checks (run it with the interpreter)");

@@ -200,4 +200,9 @@ bool cuda_available() {
   return gpu && gpu->available();
 }
 
+int cuda_device_count() {
+  const core::BackendRunner* gpu = core::cuda_runner();
+  return gpu && gpu->available() ? gpu->device_count() : 0;
+}
+
 }  // namespace pallas

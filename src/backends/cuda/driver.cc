@@ -1,6 +1,8 @@
 #include "src/backends/cuda/driver.h"
 
 #include <map>
+#include <memory>
+#include <tuple>
 #include <vector>
 
 #include "pallas/stream.h"
@@ -19,7 +21,33 @@ namespace pallas::cuda {
 
 namespace {
 
-CUcontext g_ctx = nullptr;
+int g_count = 0;
+// One entry per device, made on first use (device 0 when the driver loads); never freed, so
+// references stay valid while other threads add devices.
+std::mutex g_devices_mu;
+std::vector<std::unique_ptr<DeviceInfo>> g_devices;
+thread_local int t_current = -1;
+
+// (g_devices_mu held) retains the device's primary context and reads its properties.
+DeviceInfo* open_device(const Driver& d, int n, std::string* why) {
+  CUdevice dev;
+  auto info = std::make_unique<DeviceInfo>();
+  int major = 0, minor = 0;
+  if (d.cuDeviceGet(&dev, n) != 0 || d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != 0 ||
+      d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != 0) {
+    *why = "could not query CUDA device " + std::to_string(n);
+    return nullptr;
+  }
+  d.cuDeviceGetAttribute(&info->max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+  info->arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
+  if (d.cuDevicePrimaryCtxRetain(&info->ctx, dev) != 0) {
+    *why = "could not create a CUDA context on device " + std::to_string(n);
+    return nullptr;
+  }
+  if (g_devices.size() <= static_cast<size_t>(n)) g_devices.resize(static_cast<size_t>(n) + 1);
+  g_devices[static_cast<size_t>(n)] = std::move(info);
+  return g_devices[static_cast<size_t>(n)].get();
+}
 
 Driver load() {
   Driver d;
@@ -88,39 +116,41 @@ Driver load() {
     d.why = "the NVIDIA driver reports no usable CUDA device";
     return d;
   }
-  CUdevice dev;
-  d.cuDeviceGet(&dev, 0);
-  int major = 0, minor = 0;
-  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  d.cuDeviceGetAttribute(&d.max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
-  d.arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
-  if (d.cuDevicePrimaryCtxRetain(&g_ctx, dev) != 0) {
-    d.why = "could not create a CUDA context on device 0";
-    return d;
-  }
+  g_count = n;
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  DeviceInfo* dev0 = open_device(d, 0, &d.why);
+  if (!dev0) return d;
+  d.arch = dev0->arch;
+  d.max_smem_optin = dev0->max_smem_optin;
   d.ok = true;
   return d;
 }
 
 // A small caching allocator: freed blocks are kept by size (up to 8 GiB in all), so that a
 // steady stream of calls does not pay cuMemAlloc/cuMemFree each time.
-// Blocks are pooled per stream (the launch stream when they were allocated): a freed block is
-// reused only by allocations on the same stream, whose work is ordered after the old user's.
+// Blocks are pooled per device and stream (the launch stream when they were allocated): a
+// freed block is reused only by allocations on the same stream, whose work is ordered after the
+// old user's.
 struct Pool {
   struct Block {
+    int device;
     size_t size;
     CUstream stream;
   };
+  using Key = std::tuple<int, CUstream, size_t>;
   std::mutex mu;
-  std::map<std::pair<CUstream, size_t>, std::vector<CUdeviceptr>> free;
+  std::map<Key, std::vector<CUdeviceptr>> free;
   std::unordered_map<CUdeviceptr, Block> blocks;
   size_t cached = 0;
-  void release_all() {  // (mu held) give every cached block back to the driver
-    for (auto& [key, v] : free)
-      for (CUdeviceptr q : v) driver().cuMemFree(q), blocks.erase(q);
-    free.clear();
-    cached = 0;
+  void release_device(int device) {  // (mu held, the device current) give its cached blocks back to the driver
+    for (auto it = free.begin(); it != free.end();) {
+      if (std::get<0>(it->first) != device) {
+        ++it;
+        continue;
+      }
+      for (CUdeviceptr q : it->second) driver().cuMemFree(q), blocks.erase(q), cached -= std::get<2>(it->first);
+      it = free.erase(it);
+    }
   }
 };
 Pool& pool() {
@@ -136,7 +166,7 @@ void* dev_alloc(int device, size_t bytes) {
   Pool& P = pool();
   {
     std::lock_guard<std::mutex> g(P.mu);
-    auto it = P.free.find({st, n});
+    auto it = P.free.find({device, st, n});
     if (it != P.free.end() && !it->second.empty()) {
       CUdeviceptr p = it->second.back();
       it->second.pop_back();
@@ -148,12 +178,12 @@ void* dev_alloc(int device, size_t bytes) {
   CUresult r = driver().cuMemAlloc(&p, n);
   if (r == CUDA_ERROR_OUT_OF_MEMORY) {  // give the cache back and try once more
     std::lock_guard<std::mutex> g(P.mu);
-    P.release_all();
+    P.release_device(device);
     r = driver().cuMemAlloc(&p, n);
   }
   check(r, "allocating " + std::to_string(bytes) + " bytes of device memory");
   std::lock_guard<std::mutex> g(P.mu);
-  P.blocks[p] = {n, st};
+  P.blocks[p] = {device, n, st};
   return reinterpret_cast<void*>(p);
 }
 void dev_free(int device, void* ptr) {
@@ -164,7 +194,7 @@ void dev_free(int device, void* ptr) {
   auto it = P.blocks.find(p);
   if (it == P.blocks.end()) return;
   if (P.cached + it->second.size <= (size_t{8} << 30)) {
-    P.free[{it->second.stream, it->second.size}].push_back(p);
+    P.free[{it->second.device, it->second.stream, it->second.size}].push_back(p);
     P.cached += it->second.size;
     return;
   }
@@ -205,13 +235,35 @@ const Driver& driver() {
   return d;
 }
 
+int device_count() { return driver().ok ? g_count : 0; }
+
+const DeviceInfo& device_info(int device) {
+  const Driver& d = driver();
+  if (!d.ok) throw Error("no CUDA device: " + d.why);
+  if (device < 0 || device >= g_count)
+    throw Error("cuda:" + std::to_string(device) + " does not exist: this machine has " + std::to_string(g_count) + " CUDA device" +
+                (g_count == 1 ? "" : "s") + " (cuda:0" + (g_count > 1 ? " to cuda:" + std::to_string(g_count - 1) : std::string()) + ")");
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  if (static_cast<size_t>(device) < g_devices.size() && g_devices[static_cast<size_t>(device)])
+    return *g_devices[static_cast<size_t>(device)];
+  std::string why;
+  DeviceInfo* info = open_device(d, device, &why);
+  if (!info) throw Error(why);
+  return *info;
+}
+
 void make_current(int device) {
-  if (device != 0) throw Error("the CUDA backend drives device 0 only for now (asked for cuda:" + std::to_string(device) + ")");
-  thread_local bool done = false;
-  if (!done) {
-    driver().cuCtxSetCurrent(g_ctx);
-    done = true;
-  }
+  if (device == t_current) return;
+  const DeviceInfo& info = device_info(device);
+  check(driver().cuCtxSetCurrent(info.ctx), "making cuda:" + std::to_string(device) + "'s context current");
+  t_current = device;
+}
+
+int current_device() { return t_current < 0 ? 0 : t_current; }
+
+bool device_opened(int device) {
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  return device >= 0 && static_cast<size_t>(device) < g_devices.size() && g_devices[static_cast<size_t>(device)] != nullptr;
 }
 
 CUstream launch_stream() { return static_cast<CUstream>(current_stream()); }

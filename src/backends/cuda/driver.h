@@ -67,9 +67,23 @@ CUstream launch_stream();
 // Waits for the launch stream's work (the whole context on the legacy stream).
 void sync_launch_stream(const std::string& what);
 
-// Loaded and initialised once (device 0's primary context made current per thread).
+// Loaded and initialised once (device 0's primary context retained).
 const Driver& driver();
+
+// One GPU: its primary context (retained on first use) and what the compiler needs of it.
+struct DeviceInfo {
+  CUcontext ctx = nullptr;
+  std::string arch;  // "sm_90a" etc.
+  int max_smem_optin = 0;
+};
+int device_count();  // 0 without a usable driver
+// Throws a pl::Error for a device that does not exist (naming how many do).
+const DeviceInfo& device_info(int device);
+// Makes the device's context current on this thread (a no-op when it already is, as far as
+// this library made it so).
 void make_current(int device);
+int current_device();  // the device this thread last made current (0 before any)
+bool device_opened(int device);  // whether this process has used the device (its context retained)
 // Throws a pl::Error naming what failed.
 void check(CUresult r, const std::string& what);
 

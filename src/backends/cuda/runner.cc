@@ -4,6 +4,7 @@
 #include <climits>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <cstdlib>
 #include <cstring>
@@ -39,24 +40,26 @@ nvtxDomainHandle_t nvtx_domain() {
   return d;
 }
 
-const Loaded& load(const std::shared_ptr<const Compiled>& c, const std::string& what) {
+// The kernel's module loaded into a device's context (one per device: modules belong to a context).
+const Loaded& load(const std::shared_ptr<const Compiled>& c, const std::string& what, int device) {
   static std::mutex mu;
-  static std::unordered_map<const Compiled*, Loaded> loaded;
+  static std::map<std::pair<const Compiled*, int>, Loaded> loaded;
   std::lock_guard<std::mutex> g(mu);
-  auto it = loaded.find(c.get());
+  auto it = loaded.find({c.get(), device});
   if (it != loaded.end()) return it->second;
   const Driver& d = driver();
-  make_current(0);
+  make_current(device);
+  const int max_smem = device_info(device).max_smem_optin;
   CUmodule m;
   check(d.cuModuleLoadData(&m, c->cubin.data()), what + ": loading the cubin of " + c->lowered.name);
   CUfunction f;
   check(d.cuModuleGetFunction(&f, m, c->lowered.name.c_str()), what + ": finding " + c->lowered.name);
   size_t smem = c->lowered.smem_bytes;
-  if (smem > static_cast<size_t>(d.max_smem_optin))
+  if (smem > static_cast<size_t>(max_smem))
     throw Error(what + ": the kernel needs " + std::to_string(smem) + " bytes of shared memory (scratch + exchanges) but the device allows " +
-                std::to_string(d.max_smem_optin) + "; use smaller blocks");
+                std::to_string(max_smem) + "; use smaller blocks");
   if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)), what + ": raising the shared-memory limit");
-  return loaded[c.get()] = {f, nvtxDomainRegisterStringA(nvtx_domain(), what.c_str()), c};
+  return loaded[{c.get(), device}] = {f, nvtxDomainRegisterStringA(nvtx_domain(), what.c_str()), c};
 }
 
 // An NVTX range for the scope of one launch.
@@ -97,6 +100,8 @@ struct SmallArray {
 // read it without a lock.
 struct Bound final : core::BoundState {
   std::shared_ptr<const Compiled> compiled;  // keeps the module's Compiled (and `fn`) alive
+  int device = 0;  // whose context `fn` belongs to (launches on another device look theirs up)
+  std::string arch;
   CUfunction fn = nullptr;
   nvtxStringHandle_t range = nullptr;
   size_t num_dynamic = 0, num_inputs = 0, num_outputs = 0;
@@ -116,12 +121,14 @@ struct Bound final : core::BoundState {
 // The call's Bound, made (compiled, loaded, laid out) on its first run. Two threads may both
 // make one at first; compile_call and load hand both the same kernel, and the first to
 // install wins.
-const Bound& bound(const core::PallasCall& call, const std::string& arch) {
+const Bound& bound(const core::PallasCall& call, const std::string& arch, int device) {
   if (const core::BoundState* b = call.bound.get()) return static_cast<const Bound&>(*b);
   auto b = std::make_unique<Bound>();
   b->compiled = compile_call(call, arch);
+  b->device = device;
+  b->arch = arch;
   const Compiled& c = *b->compiled;
-  const Loaded& kernel = load(b->compiled, call.what);
+  const Loaded& kernel = load(b->compiled, call.what, device);
   b->fn = kernel.fn;
   b->range = kernel.range;
   const core::GridMapping& gm = call.grid;
@@ -318,11 +325,21 @@ struct CudaRunner final : core::BackendRunner {
 
   std::vector<double> time_runs(const std::function<void()>& fn, int warmup, int reps, bool flush_l2) const override {
     const Driver& d = driver();
-    make_current(0);
+    // On the device this thread used last (the events are its context's).
+    const int dev = current_device();
+    make_current(dev);
     for (int i = 0; i < warmup; ++i) fn();
-    // Larger than any GPU's L2 (50 MiB on H100/H200); kept for the process.
-    static Array flush;
-    if (flush_l2 && !flush.defined()) flush = Array(Shape{64 << 20}, DType::U32, Device::cuda(0));
+    make_current(dev);
+    // Larger than any GPU's L2 (50 MiB on H100/H200); kept for the process, one per device.
+    static std::mutex flush_mu;
+    static std::map<int, Array> flushes;
+    Array flush;
+    if (flush_l2) {
+      std::lock_guard<std::mutex> g(flush_mu);
+      Array& f = flushes[dev];
+      if (!f.defined()) f = Array(Shape{64 << 20}, DType::U32, Device::cuda(dev));
+      flush = f;
+    }
     CUevent a, b;
     check(d.cuEventCreate(&a, 0), "do_bench: creating an event");
     check(d.cuEventCreate(&b, 0), "do_bench: creating an event");
@@ -348,11 +365,22 @@ struct CudaRunner final : core::BackendRunner {
   void precompile(const core::PallasCall& call) const override {
     compile_call(call, call.compiler_params.arch.empty() ? driver().arch : call.compiler_params.arch);
   }
+  int device_count() const override { return cuda::device_count(); }
   std::string device_name() const override { return driver().arch + " smem " + std::to_string(driver().max_smem_optin); }
 
+  // The caller's stream where one is in scope; else every device this process has used.
   void synchronize() const override {
-    make_current(0);
-    sync_launch_stream("synchronize");
+    if (launch_stream()) {
+      sync_launch_stream("synchronize");
+      return;
+    }
+    int back = current_device();
+    for (int n = 0; n < device_count(); ++n)
+      if (device_opened(n)) {
+        make_current(n);
+        sync_launch_stream("synchronize cuda:" + std::to_string(n));
+      }
+    make_current(back);
   }
 
  private:
@@ -364,11 +392,27 @@ struct CudaRunner final : core::BackendRunner {
   // without dynamic bounds, prints or checks allocates only its new outputs (none for into).
   std::vector<Array> launch(const core::PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* into) const {
     const Driver& d = driver();
-    for (const Array& a : args)
-      if (!a.device().is_host() && a.device().index != 0)
-        throw Error(call.what + ": an argument lives on " + a.device().str() + "; this backend runs on cuda:0 only so far");
-    make_current(0);
-    const Bound& b = bound(call, call.compiler_params.arch.empty() ? d.arch : call.compiler_params.arch);
+    // The device: the one the arguments live on (host arguments are copied there), else where
+    // into() wants the outputs, else cuda:0 (as JAX's default device).
+    int dev = -1;
+    for (const Array& a : args) {
+      if (a.device().is_host()) continue;
+      if (dev >= 0 && a.device().index != dev)
+        throw Error(call.what + ": its arguments live on cuda:" + std::to_string(dev) + " and " + a.device().str() +
+                    "; a call runs on one device: move them to one (Array::to)");
+      dev = a.device().index;
+    }
+    if (dev < 0 && into)
+      for (const Array& o : *into)
+        if (!o.device().is_host()) dev = o.device().index;
+    if (dev < 0) dev = 0;
+    make_current(dev);
+    const std::string arch = call.compiler_params.arch.empty() ? device_info(dev).arch : call.compiler_params.arch;
+    const Bound& b = bound(call, arch, dev);
+    if (arch != b.arch)
+      throw Error(call.what + ": ran on a " + b.arch + " device before and now on cuda:" + std::to_string(dev) + " (" + arch +
+                  "); a call runs on GPUs of one architecture (make one call per architecture)");
+    CUfunction fn = dev == b.device ? b.fn : load(b.compiled, call.what, dev).fn;
     const Compiled& c = *b.compiled;
     NvtxRange range(b.range);
     const core::GridMapping& gm = call.grid;
@@ -390,7 +434,7 @@ struct CudaRunner final : core::BackendRunner {
       const Array& given = args[nd + k];
       const Array* a = &given;
       if (given.device().is_host()) {
-        temps.push_back(given.to(Device::cuda(0)));
+        temps.push_back(given.to(Device::cuda(dev)));
         a = &temps.back();
       } else if (b.writes[k]) {
         // An input the kernel writes (its block ref, or a scalar-prefetch ref) is a private
@@ -407,12 +451,12 @@ struct CudaRunner final : core::BackendRunner {
     const bool poison = call.debug || poison_env();
     for (size_t o = 0; o < nout; ++o) {
       const Array* out;
-      if (into && (*into)[o].device() == Device::cuda(0)) {
+      if (into && (*into)[o].device() == Device::cuda(dev)) {
         out = &(*into)[o];
       } else {
         if (outs.empty()) outs.resize(nout);
         const ShapeDtype& sd = gm.outputs[o].array;
-        outs[o] = Array(sd.shape, sd.dtype, Device::cuda(0));
+        outs[o] = Array(sd.shape, sd.dtype, Device::cuda(dev));
         out = &outs[o];
       }
       ptrs[nin + o] = reinterpret_cast<CUdeviceptr>(out->raw_data());
@@ -424,7 +468,7 @@ struct CudaRunner final : core::BackendRunner {
       if (b.aliased_from[o].empty() && poison) poison_fill(*out, call.what);
     }
     if (b.fast) {
-      launch_fast(c, b.fn, ptrs.data(), ptrs[nin], call.what, b.launching);
+      launch_fast(c, fn, ptrs.data(), ptrs[nin], call.what, b.launching);
       return finish(into, std::move(outs));
     }
     // One CUDA block per program of the parallel axes; the sequential ones loop inside it.
@@ -446,7 +490,7 @@ struct CudaRunner final : core::BackendRunner {
     Array err;
     CUdeviceptr perr = 0;
     if (b.has_check) {
-      err = Array(Shape{2}, DType::I32, Device::cuda(0));
+      err = Array(Shape{2}, DType::I32, Device::cuda(dev));
       perr = reinterpret_cast<CUdeviceptr>(err.raw_data());
       check(d.cuMemsetD32Async(perr, 0x7fffffff, 2, launch_stream()), call.what + ": check flag");
     }
@@ -455,7 +499,7 @@ struct CudaRunner final : core::BackendRunner {
     CUdeviceptr plog = 0;
     constexpr uint64_t kLogSlots = uint64_t{1} << 21;  // 16 MiB
     if (b.has_print) {
-      log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(0));
+      log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(dev));
       plog = reinterpret_cast<CUdeviceptr>(log.raw_data());
       uint64_t head[2] = {0, kLogSlots};
       check(d.cuMemcpyHtoDAsync(plog, head, sizeof head, launch_stream()), call.what + ": print log");
@@ -482,7 +526,7 @@ struct CudaRunner final : core::BackendRunner {
       encode_map(&maps[m], specs[m], reinterpret_cast<const void*>(ptrs[static_cast<size_t>(specs[m].param)]), call.what);
       kp[np++] = &maps[m];
     }
-    if (CUresult r = d.cuLaunchKernel(b.fn, gx, gy, 1, b.threads, 1, 1, b.smem, launch_stream(), kp.data(), nullptr))
+    if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, b.threads, 1, 1, b.smem, launch_stream(), kp.data(), nullptr))
       check(r, b.launching);
     if (plog || b.has_check) {
       auto program_id = [&](int64_t lin) {
