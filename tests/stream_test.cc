@@ -49,6 +49,11 @@ TEST(DevicesStubDriver, CallsGoWhereTheirArgumentsLive) {
   EXPECT_EQ(k(x, y).device(), pl::Device::cuda(0));                         // all on the host: cuda:0
   EXPECT_TRUE(pt::throws_error([&] { k(x.to(pl::Device::cuda(0)), y.to(pl::Device::cuda(1))); }, {"stream_axpy", "cuda:0 and cuda:1", "move them to one"}));
   EXPECT_TRUE(pt::throws_error([&] { x.to(pl::Device::cuda(2)); }, {"cuda:2 does not exist", "2 CUDA devices (cuda:0 to cuda:1)"}));
+  // a negative index too, on a thread that has made no device current yet (on the H200 this
+  // fell through to an allocation's "invalid device context")
+  std::thread([] {
+    EXPECT_TRUE(pt::throws_error([] { pl::Array(pl::Shape{4}, pl::f32, pl::Device::cuda(-1)); }, {"cuda:-1 does not exist"}));
+  }).join();
   pl::synchronize();
 }
 

@@ -253,7 +253,7 @@ const DeviceInfo& device_info(int device) {
 }
 
 void make_current(int device) {
-  if (device == t_current) return;
+  if (device == t_current && device >= 0) return;  // (t_current starts at -1: not a device)
   const DeviceInfo& info = device_info(device);
   check(driver().cuCtxSetCurrent(info.ctx), "making cuda:" + std::to_string(device) + "'s context current");
   t_current = device;
