@@ -76,6 +76,23 @@ def torch_anchors():
     emit(workload=f"bf16 relu(x W + b) {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
     ms = torch_time(lambda: torch.nn.functional.linear(p, q), reps=20)
     emit(workload=f"bf16 x W^T {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    r = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
+    ms = torch_time(lambda: torch.addmm(r, p, q), reps=20)
+    emit(workload=f"bf16 x W + residual {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    pt = p.t().contiguous()  # A stored K x M
+    ms = torch_time(lambda: pt.t() @ q, reps=20)
+    emit(workload=f"bf16 A^T B {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    pe, qe = p[:4000].contiguous(), q[:, :4000].contiguous()
+    ms = torch_time(lambda: pe @ qe, reps=20)
+    emit(workload="bf16 matmul 4000x4000x4096", impl="torch cuBLAS", ms=ms, tflops=2 * 4000 * 4000 * s / ms / 1e9)
+    pi = torch.randint(-8, 8, (s, s), device=dev, dtype=torch.int8)
+    qi = torch.randint(-8, 8, (s, s), device=dev, dtype=torch.int8)
+    try:
+        ms = torch_time(lambda: torch._int_mm(pi, qi), reps=20)
+        emit(workload=f"i8 matmul {s}^3", impl="torch _int_mm", ms=ms, tops=2 * s**3 / ms / 1e9)
+    except Exception as e:  # noqa: BLE001 - an anchor that cannot run says so
+        emit(workload=f"i8 matmul {s}^3", impl="torch _int_mm", error=str(e)[:120])
+    del r, pt, pe, qe, pi, qi
     pf, qf = p.float(), q.float()
     torch.backends.cuda.matmul.allow_tf32 = True
     ms = torch_time(lambda: pf @ qf, reps=20)

@@ -263,57 +263,82 @@ int main() {
     std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
   }
   // Matmuls written as a user writes them: a K loop of pl::dot over (bm, bk) x (bk, bn) slices
-  // of whole-K blocks, f32 accumulation, then the epilogue. Variants: bf16 with a bias + relu
-  // epilogue, bf16 x W^T (trans_b, as a linear layer), f16, f32 (tf32 dots).
+  // of whole-K blocks, f32 accumulation (i32 for i8), then the epilogue. Variants: bf16 with a
+  // bias + relu epilogue or a residual add, bf16 x W^T (trans_b, as a linear layer), A^T B
+  // (trans_a, A stored K x M), f16, f32 (tf32 dots), i8, 8192^3, and an edge shape (M, N not
+  // multiples of the block: masked edge blocks).
+  enum class Epi { None, BiasRelu, Residual };
   struct MatmulCase {
     const char* name;
     pl::DType t;
-    bool tb, epilogue;
-    int64_t n;
+    bool ta, tb;
+    Epi epi;
+    int64_t M, N, K;
   };
-  for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 2048}, MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, true, 4096},
-                               MatmulCase{"bf16_x_wT", pl::bf16, true, false, 4096}, MatmulCase{"f16_matmul", pl::f16, false, false, 4096},
-                               MatmulCase{"f32_tf32_matmul", pl::f32, false, false, 4096}}) {
+  for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epi::BiasRelu, 2048, 2048, 2048},
+                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epi::BiasRelu, 4096, 4096, 4096},
+                               MatmulCase{"bf16_matmul_residual", pl::bf16, false, false, Epi::Residual, 4096, 4096, 4096},
+                               MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epi::None, 4096, 4096, 4096},
+                               MatmulCase{"bf16_aT_b", pl::bf16, true, false, Epi::None, 4096, 4096, 4096},
+                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epi::None, 8192, 8192, 8192},
+                               MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epi::None, 4000, 4000, 4096},
+                               MatmulCase{"f16_matmul", pl::f16, false, false, Epi::None, 4096, 4096, 4096},
+                               MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epi::None, 4096, 4096, 4096},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epi::None, 4096, 4096, 4096}}) {
     if (!section("matmul")) break;
-    int64_t n = mc.n, bm = 128, bn = 128, bk = mc.t == pl::f32 ? 32 : 64;
-    bool tb = mc.tb, epi = mc.epilogue;
-    pl::DType t = mc.t;
+    const int64_t M = mc.M, N = mc.N, K = mc.K, bm = 128, bn = 128, bk = mc.t == pl::f32 ? 32 : 64;
+    const bool ta = mc.ta, tb = mc.tb;
+    const Epi epi = mc.epi;
+    const pl::DType t = mc.t, acc_t = t == pl::i8 ? pl::i32 : pl::f32, out_t = t == pl::i8 ? pl::i32 : t;
     auto k = pl::pallas_call(
-        [n, bm, bn, bk, tb, epi, t](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref o) {
-          pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+        [K, bm, bn, bk, ta, tb, epi, acc_t, out_t](pl::Ref a, pl::Ref b, pl::Ref extra, pl::Ref o) {
+          pl::Value acc = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, acc_t)), [&](pl::Value kk, pl::Value acc) {
+            pl::Value x = ta ? a(pl::ds(kk * bk, bk), pl::all) : a(pl::all, pl::ds(kk * bk, bk));
             pl::Value y = tb ? b(pl::all, pl::ds(kk * bk, bk)) : b(pl::ds(kk * bk, bk), pl::all);
-            return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), y, {.trans_b = tb});
+            return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb});
           });
-          if (epi) acc = pl::maximum(acc + bias[pl::all].astype(pl::f32), 0.f);
-          o[pl::all] = acc.astype(t);
+          if (epi == Epi::BiasRelu) acc = pl::maximum(acc + extra[pl::all].astype(pl::f32), 0.f);
+          if (epi == Epi::Residual) acc = acc + extra[pl::all].astype(pl::f32);
+          o[pl::all] = acc.astype(out_t);
         },
-        pl::ShapeDtype({n, n}, t),
-        {.grid = {n / bm, n / bn},
-         .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
-                      tb ? pl::BlockSpec({bn, n}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
-                         : pl::BlockSpec({n, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
-                      pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
+        pl::ShapeDtype({M, N}, out_t),
+        {.grid = {(M + bm - 1) / bm, (N + bn - 1) / bn},
+         .in_specs = {ta ? pl::BlockSpec({K, bm}, [](pl::Value i, pl::Value j) { return pl::idx(0, i); })
+                         : pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
+                      tb ? pl::BlockSpec({bn, K}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
+                         : pl::BlockSpec({K, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
+                      epi == Epi::Residual ? pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })
+                                           : pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
          .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
          .name = mc.name, .compiler_params = {.num_warps = 8}});
-    auto a = pl::random::normal({n, n}, t, 4).to(pl::Device::cuda(0));
-    auto b = pl::random::normal({n, n}, t, 5).to(pl::Device::cuda(0));
-    auto bias = pl::random::normal({1, n}, t, 6).to(pl::Device::cuda(0));
+    auto a = (t == pl::i8 ? pl::random::randint(ta ? pl::Shape{K, M} : pl::Shape{M, K}, t, 4, -8, 8)
+                          : pl::random::normal(ta ? pl::Shape{K, M} : pl::Shape{M, K}, t, 4)).to(pl::Device::cuda(0));
+    auto b = (t == pl::i8 ? pl::random::randint(tb ? pl::Shape{N, K} : pl::Shape{K, N}, t, 5, -8, 8)
+                          : pl::random::normal(tb ? pl::Shape{N, K} : pl::Shape{K, N}, t, 5)).to(pl::Device::cuda(0));
+    auto extra = pl::random::normal(epi == Epi::Residual ? pl::Shape{M, N} : pl::Shape{1, N}, t == pl::i8 ? pl::bf16 : t, 6).to(pl::Device::cuda(0));
     pl::Array out;
     double t0 = now_ms();
-    out = k(a, b, bias);
-    auto first = out.to_vector<float>();
+    try {
+      out = k(a, b, extra);
+      pl::synchronize();
+    } catch (const pl::Error& e) {
+      std::printf("%s_%lldx%lldx%lld,0,-,0,error: %.160s\n", mc.name, (long long)M, (long long)N, (long long)K, e.what());
+      continue;
+    }
     double first_ms = now_ms() - t0;
-    double ms = median_ms([&] { out = k(a, b, bias); }, 5);
-    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = bias.to_vector<float>(), ov = out.to_vector<float>();
+    double ms = median_ms([&] { out = k(a, b, extra); }, 5);
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = extra.to_vector<float>(), ov = out.to_vector<float>();
     double err = 0;
-    for (int64_t i = 0; i < n; i += 509)
-      for (int64_t j = 0; j < n; j += 263) {
+    for (int64_t i = 0; i < M; i += 509)
+      for (int64_t j = 0; j < N; j += 263) {
         double s = 0;
-        for (int64_t q = 0; q < n; ++q) s += (double)av[i * n + q] * (tb ? bv[j * n + q] : bv[q * n + j]);
-        double want = epi ? std::max(0.0, s + cv[j]) : s;
-        err = std::max(err, std::fabs(ov[i * n + j] - want) / (1 + std::fabs(want)));
+        for (int64_t q = 0; q < K; ++q) s += (double)(ta ? av[q * M + i] : av[i * K + q]) * (tb ? bv[j * K + q] : bv[q * N + j]);
+        double want = epi == Epi::BiasRelu ? std::max(0.0, s + cv[j]) : epi == Epi::Residual ? s + cv[i * N + j] : s;
+        err = std::max(err, std::fabs(ov[i * N + j] - want) / (1 + std::fabs(want)));
       }
-    std::printf("%s_%lld^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, (long long)n, ms, 2.0 * n * n * n / ms / 1e9, err, first_ms);
+    std::string shape = M == N && N == K ? std::to_string(M) + "^3" : std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+    std::printf("%s_%s,%.4f,%s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, shape.c_str(), ms, t == pl::i8 ? "TOP/s" : "TFLOP/s",
+                2.0 * M * N * K / ms / 1e9, err, first_ms);
   }
   if (section("tf32")) {  // the f32 (tf32) user matmul over block shapes, stages and warps (CUDA_BENCH_ONLY=tf32)
     int64_t n = 4096;
@@ -375,11 +400,12 @@ int main() {
   struct AttnCase {
     int64_t B, H, S, D, bq, bk;
     int warps;
+    bool causal = false;
   };
   for (AttnCase c : {AttnCase{8, 16, 2048, 64, 64, 64, 4}, AttnCase{8, 16, 2048, 64, 128, 64, 8}, AttnCase{8, 16, 2048, 64, 128, 128, 8},
-                     AttnCase{4, 16, 4096, 128, 128, 64, 8}}) {
+                     AttnCase{4, 16, 4096, 128, 128, 64, 8}, AttnCase{4, 16, 4096, 128, 128, 64, 8, true}}) {
     if (!section("attention")) break;
-    pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk};
+    pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk, .causal = c.causal};
     cfg.compiler_params.num_warps = c.warps;
     pl::Call k = pl::kernels::flash_attention(c.B, c.H, c.S, c.D, pl::bf16, cfg);
     pl::Shape sh{c.B, c.H, c.S, c.D};
@@ -405,20 +431,25 @@ int main() {
       std::vector<double> p(c.S);
       double m = -1e300, l = 0;
       for (int64_t j = 0; j < c.S; ++j) {
+        if (c.causal && j > i) {  // masked: no weight
+          p[j] = -1e300;
+          continue;
+        }
         double s = 0;
         for (int64_t d = 0; d < c.D; ++d) s += (double)qv[i * c.D + d] * kv[j * c.D + d];
         p[j] = s * scale, m = std::max(m, p[j]);
       }
-      for (int64_t j = 0; j < c.S; ++j) l += (p[j] = std::exp(p[j] - m));
+      for (int64_t j = 0; j < c.S; ++j) l += (p[j] = p[j] <= -1e299 ? 0.0 : std::exp(p[j] - m));
       for (int64_t d = 0; d < c.D; ++d) {
         double o = 0;
         for (int64_t j = 0; j < c.S; ++j) o += p[j] * vv[j * c.D + d];
         err = std::max(err, std::fabs(ov[i * c.D + d] - o / l));
       }
     }
-    double flops = 4.0 * c.B * c.H * c.S * c.S * c.D;
-    std::printf("bf16_attention_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", (long long)c.B, (long long)c.H,
-                (long long)c.S, (long long)c.D, (long long)c.bq, (long long)c.bk, c.warps, ms, flops / ms / 1e9, err, first_ms);
+    double flops = 4.0 * c.B * c.H * c.S * c.S * c.D / (c.causal ? 2 : 1);  // as the anchors count causal attention
+    std::printf("bf16_attention%s_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", c.causal ? "_causal" : "",
+                (long long)c.B, (long long)c.H, (long long)c.S, (long long)c.D, (long long)c.bq, (long long)c.bk, c.warps, ms, flops / ms / 1e9, err,
+                first_ms);
   }
   return 0;
 }
