@@ -112,7 +112,8 @@ class Emitter {
   // (pipeline.h): it waits for all but its latest group and does not sync after.
   const ir::Eqn* wgmma_in_flight = nullptr;
   // Inside a pipelined loop's body (pipeline.h): the stage buffers and resident operand tiles
-  // are rewritten only after the next iteration's barrier, so a dot that reads only those (or
+  // are rewritten only after every warp has reached the next iteration (its barrier, or, in a
+  // loop without one, its count out of the stage), so a dot that reads only those (or
   // registers) needs no barrier after it.
   bool operand_tiles_fenced = false;
   // The jaxprs whose eqns are being emitted, innermost last (a rule may look at the users of
