@@ -54,6 +54,10 @@ def torch_anchors():
     wb = torch.randn(c, device=dev, dtype=torch.bfloat16)
     ms = torch_time(lambda: torch.nn.functional.rms_norm(xb, (c,), wb, 1e-6))
     emit(workload="bf16 rms norm 16384x4096", impl="torch", ms=ms, gbps=2 * r * c * 2 / ms / 1e6)
+    ms = torch_time(lambda: torch.argmax(a, dim=1))
+    emit(workload="f32 row argmax 16384x4096", impl="torch", ms=ms, gbps=r * c * 4 / ms / 1e6)
+    ms = torch_time(lambda: a.sum(dim=0))
+    emit(workload="f32 column sum 16384x4096", impl="torch", ms=ms, gbps=r * c * 4 / ms / 1e6)
     del xb
     n = 1 << 26
     gx = torch.randn(n, device=dev)
@@ -126,6 +130,17 @@ def torch_anchors():
                      tflops=flops / ms / 1e9)
             except Exception as e:  # noqa: BLE001
                 emit(workload="attention", impl=name, error=str(e)[:200])
+    B, H, S, D = 4, 16, 4096, 256
+    q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
+    k = torch.randn_like(q)
+    v = torch.randn_like(q)
+    for be, name in ((SDPBackend.CUDNN_ATTENTION, "torch cuDNN"), (SDPBackend.FLASH_ATTENTION, "torch FA2")):
+        try:
+            with sdpa_kernel(be):
+                ms = torch_time(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v), reps=20)
+            emit(workload="bf16 attention B4 H16 S4096 D256", impl=name, ms=ms, tflops=4 * B * H * S * S * D / ms / 1e9)
+        except Exception as e:  # noqa: BLE001
+            emit(workload="attention D256", impl=name, error=str(e)[:200])
 
 
 def jax_pallas_anchors():

@@ -204,8 +204,9 @@ int main() {
     }
   }
   // Memory-bound kernels as a user writes them from the README and docs/ops.md.
-  if (section("memory")) {  // bf16 rms norm 16384 x 4096, 8 rows per program, f32 inside
-    int64_t R = 16384, C = 4096, rows = 8;
+  for (int64_t rows : {int64_t{8}, int64_t{1}}) {  // bf16 rms norm 16384 x 4096, 8 rows or 1 row per program, f32 inside
+    if (!section("memory")) break;
+    int64_t R = 16384, C = 4096;
     auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
     auto k = pl::pallas_call(
         [C](pl::Ref x, pl::Ref w, pl::Ref o) {
@@ -228,7 +229,47 @@ int main() {
       double inv = 1 / std::sqrt(ss / C + 1e-6);
       for (int64_t c = 0; c < C; ++c) err = std::max(err, std::fabs(ov[r * C + c] - xv[r * C + c] * inv * wv[c]) / (1 + std::fabs(ov[r * C + c])));
     }
-    std::printf("bf16_rms_norm_16384x4096_8rows,%.4f,GB/s,%.1f,relerr=%g\n", ms, 2.0 * R * C * 2 / ms / 1e6, err);
+    std::printf("bf16_rms_norm_16384x4096_%lldrows,%.4f,GB/s,%.1f,relerr=%g\n", (long long)rows, ms, 2.0 * R * C * 2 / ms / 1e6, err);
+  }
+  if (section("memory")) {  // f32 row argmax 16384 x 4096, 8 rows per program (a row reduction with an index)
+    int64_t R = 16384, C = 4096, rows = 8;
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::argmax(x[pl::all], 1); }, pl::ShapeDtype({R}, pl::i32),
+                             {.grid = {R / rows}, .in_specs = {pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); })},
+                              .out_specs = {pl::BlockSpec({rows}, [](pl::Value i) { return pl::idx(i); })}, .name = "row_argmax",
+                              .compiler_params = {.num_warps = 8}});
+    auto x = pl::random::normal({R, C}, pl::f32, 9).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x); }, 20);
+    auto xv = x.to_vector<float>();
+    auto ov = out.to_vector<int32_t>();
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < R; r += 97)
+      wrong += ov[r] != std::max_element(xv.begin() + r * C, xv.begin() + (r + 1) * C) - (xv.begin() + r * C);
+    std::printf("f32_row_argmax_16384x4096,%.4f,GB/s,%.1f,wrong_rows=%lld\n", ms, 1.0 * R * C * 4 / ms / 1e6, (long long)wrong);
+  }
+  if (section("memory")) {  // f32 column sums of 16384 x 4096: a reduction over a sequential grid axis into one block
+    int64_t R = 16384, C = 4096, rows = 256, cols = 512;
+    auto k = pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 512}, pl::f32); });
+          o[pl::all] += pl::sum(x[pl::all], {0}, true);
+        },
+        pl::ShapeDtype({1, C}, pl::f32),
+        {.grid = {C / cols, R / rows}, .in_specs = {pl::BlockSpec({rows, cols}, [](pl::Value j, pl::Value i) { return pl::idx(i, j); })},
+         .out_specs = {pl::BlockSpec({1, cols}, [](pl::Value j, pl::Value) { return pl::idx(0, j); })}, .name = "column_sum",
+         .compiler_params = {.num_warps = 8}});  // axis 1 revisits the output block: sequential (inferred)
+    auto x = pl::random::normal({R, C}, pl::f32, 10).to(pl::Device::cuda(0));
+    pl::Array out;
+    double ms = median_ms([&] { out = k(x); }, 20);
+    auto xv = x.to_vector<float>();
+    auto ov = out.to_vector<float>();
+    double err = 0;
+    for (int64_t c = 0; c < C; c += 37) {
+      double want = 0;
+      for (int64_t r = 0; r < R; ++r) want += xv[r * C + c];
+      err = std::max(err, std::fabs(ov[c] - want) / (1 + std::fabs(want)));
+    }
+    std::printf("f32_column_sum_16384x4096_grid_axis,%.4f,GB/s,%.1f,relerr=%g\n", ms, 1.0 * R * C * 4 / ms / 1e6, err);
   }
   if (section("memory")) {  // f32 layer norm 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
@@ -403,7 +444,8 @@ int main() {
     bool causal = false;
   };
   for (AttnCase c : {AttnCase{8, 16, 2048, 64, 64, 64, 4}, AttnCase{8, 16, 2048, 64, 128, 64, 8}, AttnCase{8, 16, 2048, 64, 128, 128, 8},
-                     AttnCase{4, 16, 4096, 128, 128, 64, 8}, AttnCase{4, 16, 4096, 128, 128, 64, 8, true}}) {
+                     AttnCase{4, 16, 4096, 128, 128, 64, 8}, AttnCase{4, 16, 4096, 128, 128, 64, 8, true},
+                     AttnCase{4, 16, 4096, 256, 64, 64, 4}}) {
     if (!section("attention")) break;
     pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk, .causal = c.causal};
     cfg.compiler_params.num_warps = c.warps;
