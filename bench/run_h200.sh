@@ -89,7 +89,7 @@ if has interop; then  # the framework clients (interop/): each built against bui
   done
 fi
 if has kernels; then  # the user-written kernels of cuda_bench (the general compiler: no sm_90a fast path) and their anchors
-  PALLAS_NO_FAST_PATHS=1 timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
+  PALLAS_NO_FAST_PATHS=1 timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
   [ "${ANCHORS:-1}" = 0 ] || timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -40
 fi
 if has bench; then
@@ -98,6 +98,6 @@ if has bench; then
   echo "cold:"; build-gpu/bench/gpu_bench first-call | tee "$OUT/bench.jsonl"
   echo "warm (disk cache):"; build-gpu/bench/gpu_bench first-call | tee -a "$OUT/bench.jsonl"
   build-gpu/bench/gpu_bench | tee -a "$OUT/bench.jsonl"
-  timeout 200 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
+  timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
   timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -20
 fi
