@@ -1,6 +1,7 @@
 #include "src/trace/trace.h"
 
 #include <string>
+#include <string_view>
 
 namespace pallas::trace {
 
@@ -15,8 +16,8 @@ bool in_library(const char* file) {
     size_t p = f.rfind("src/trace/");
     return p == std::string::npos ? std::string("\x01") : f.substr(0, p + 4);
   }();
-  std::string f = file;
-  return f.compare(0, src.size(), src) == 0 || f.find("include/pallas/") != std::string::npos;
+  std::string_view f = file;
+  return f.substr(0, src.size()) == src || f.find("include/pallas/") != std::string_view::npos;
 }
 }  // namespace
 

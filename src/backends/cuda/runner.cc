@@ -407,11 +407,16 @@ struct CudaRunner final : core::BackendRunner {
         if (!o.device().is_host()) dev = o.device().index;
     if (dev < 0) dev = 0;
     make_current(dev);
-    const std::string arch = call.compiler_params.arch.empty() ? device_info(dev).arch : call.compiler_params.arch;
-    const Bound& b = bound(call, arch, dev);
-    if (arch != b.arch)
-      throw Error(call.what + ": ran on a " + b.arch + " device before and now on cuda:" + std::to_string(dev) + " (" + arch +
-                  "); a call runs on GPUs of one architecture (make one call per architecture)");
+    // The cached call on its first device: no lookup, lock or string work.
+    const Bound* bp = static_cast<const Bound*>(call.bound.get());
+    if (!bp || dev != bp->device) {
+      const std::string arch = call.compiler_params.arch.empty() ? device_info(dev).arch : call.compiler_params.arch;
+      bp = &bound(call, arch, dev);
+      if (arch != bp->arch)
+        throw Error(call.what + ": ran on a " + bp->arch + " device before and now on cuda:" + std::to_string(dev) + " (" + arch +
+                    "); a call runs on GPUs of one architecture (make one call per architecture)");
+    }
+    const Bound& b = *bp;
     CUfunction fn = dev == b.device ? b.fn : load(b.compiled, call.what, dev).fn;
     const Compiled& c = *b.compiled;
     NvtxRange range(b.range);
