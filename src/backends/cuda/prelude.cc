@@ -70,6 +70,32 @@ template <class T> __device__ __forceinline__ unsigned long long p_slot(T x) {
 }
 // W elements moved by one vector access (the layout pass makes sure the address is aligned).
 template <class T, int W> struct alignas(sizeof(T) * W) Vec { T v[W]; };
+// Stores a Vec of 8- or 16-bit elements as one access of its size, from 32-bit words packed
+// here: assigning the struct, NVVM stored such elements one or two at a time where it could not
+// prove the address 16-byte aligned (a bf16 row's 16-byte store became four st.v2.u16 in an
+// rms norm; even a uint4 built from the words became four st.u32), so the store is one generic
+// st.v4/v2 of words. Vecs of 4- and 8-byte elements are stored as they are (already whole).
+template <class T> __device__ __forceinline__ u32 word_bits(T x) {
+  if constexpr (same_v<T, f16> || same_v<T, bf16>) return x.b;
+  else if constexpr (sizeof(T) == 1) return (u32)(unsigned char)x;
+  else return (u32)(u16)x;
+}
+template <class T, int W> __device__ __forceinline__ void st_vec(void* p, const Vec<T, W>& v) {
+  constexpr int B = sizeof(T) * W, N = B / 4, per = sizeof(T) < 4 ? 4 / sizeof(T) : 1;
+  if constexpr (sizeof(T) >= 4 || B < 8) {
+    *(Vec<T, W>*)p = v;
+  } else {
+    u32 w[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      w[j] = 0;
+#pragma unroll
+      for (int i = 0; i < per; ++i) w[j] |= word_bits(v.v[j * per + i]) << (i * 8 * sizeof(T));
+    }
+    if constexpr (N == 4) asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+    else asm volatile("st.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(w[0]), "r"(w[1]) : "memory");
+  }
+}
 template <class T> __device__ __forceinline__ T poison() {
   if constexpr (same_v<T, float>) return __int_as_float(0x7fc00000);
   else if constexpr (same_v<T, double>) return __longlong_as_double(0x7ff8000000000000ll);

@@ -213,7 +213,7 @@ void store_like(Emitter& E, const ir::Eqn& e, bool returns_old) {
         std::string k = "k0 + " + std::to_string(q * W + i);
         E.line(w + ".v[" + std::to_string(i) + "] = " + E.elem(val, k) + ";");
       }
-      E.line("if (" + ok + ") *(" + VT + "*)" + ptr + " = " + w + ";");
+      E.line("if (" + ok + ") st_vec(" + ptr + ", " + w + ");");
     });
     E.sync();
     return;
