@@ -39,6 +39,16 @@ static bool section(const char* name) {
   return list.find(std::string(",") + name + ",") != std::string::npos;
 }
 
+// Runs one benchmark row; an error (a kernel the backend refuses, a launch that fails) is printed
+// as the row's result and the next row runs.
+static void row(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::printf("error,0,-,0,%.200s\n", e.what());
+  }
+}
+
 // cuLaunchKernel of a hand-written kernel like the tiny call's, compiled here with NVRTC.
 static void raw_driver_launch(void* x, void* o, int n) {
   const char* src =
@@ -86,6 +96,7 @@ int main() {
     std::printf("no GPU: %s\n", "CUDA backend unavailable");
     return 1;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows survive a crash of a later one
   std::printf("workload,ms,metric,value\n");
   if (section("launch")) {  // first call: trace + lower + compile (cold unless the disk cache has it) + launch
     double t0 = now_ms();
@@ -161,23 +172,25 @@ int main() {
   }
   for (int bs : {1024, 4096, 8192}) {  // f32 add over 2^28
     if (!section("memory")) break;
-    int64_t n = int64_t{1} << 28;
-    auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
-    int warps = bs >= 4096 ? 8 : 4;
-    auto k = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
-                             {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "add",
-                              .compiler_params = {.num_warps = warps}});
-    auto x = pl::random::normal({n}, pl::f32, 1).to(pl::Device::cuda(0));
-    auto y = pl::random::normal({n}, pl::f32, 2).to(pl::Device::cuda(0));
-    pl::Array out;
-    double ms = median_ms([&] { out = k(x, y); }, 30);
-    // correctness spot check
-    auto xv = x.to_vector<float>(), yv = y.to_vector<float>(), ov = out.to_vector<float>();
-    double err = 0;
-    for (int64_t i = 0; i < n; i += 4099) err = std::max(err, (double)std::fabs(ov[i] - (xv[i] + yv[i])));
-    std::printf("f32_add_2^28_block%d_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", bs, warps, ms, 3.0 * n * 4 / ms / 1e6, err);
+    row([&] {
+      int64_t n = int64_t{1} << 28;
+      auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
+      int warps = bs >= 4096 ? 8 : 4;
+      auto k = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
+                               {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "add",
+                                .compiler_params = {.num_warps = warps}});
+      auto x = pl::random::normal({n}, pl::f32, 1).to(pl::Device::cuda(0));
+      auto y = pl::random::normal({n}, pl::f32, 2).to(pl::Device::cuda(0));
+      pl::Array out;
+      double ms = median_ms([&] { out = k(x, y); }, 30);
+      // correctness spot check
+      auto xv = x.to_vector<float>(), yv = y.to_vector<float>(), ov = out.to_vector<float>();
+      double err = 0;
+      for (int64_t i = 0; i < n; i += 4099) err = std::max(err, (double)std::fabs(ov[i] - (xv[i] + yv[i])));
+      std::printf("f32_add_2^28_block%d_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", bs, warps, ms, 3.0 * n * 4 / ms / 1e6, err);
+    });
   }
-  if (section("memory")) {  // f32 softmax 16384 x 4096, one row per program
+  if (section("memory")) row([&] {  // f32 softmax 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
     for (int warps : {4, 8, 16}) {
       auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
@@ -202,36 +215,38 @@ int main() {
       }
       std::printf("f32_softmax_16384x4096_warps%d,%.4f,GB/s,%.1f,maxerr=%g\n", warps, ms, 2.0 * R * C * 4 / ms / 1e6, err);
     }
-  }
+  });
   // Memory-bound kernels as a user writes them from the README and docs/ops.md.
   for (int64_t rows : {int64_t{8}, int64_t{1}}) {  // bf16 rms norm 16384 x 4096, 8 rows or 1 row per program, f32 inside
     if (!section("memory")) break;
-    int64_t R = 16384, C = 4096;
-    auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
-    auto k = pl::pallas_call(
-        [C](pl::Ref x, pl::Ref w, pl::Ref o) {
-          pl::Value v = x[pl::all].astype(pl::f32);
-          pl::Value inv = pl::rsqrt(pl::sum(v * v, {1}, true) / static_cast<float>(C) + 1e-6f);
-          o[pl::all] = (v * inv * w[pl::all].astype(pl::f32)).astype(pl::bf16);
-        },
-        pl::ShapeDtype({R, C}, pl::bf16),
-        {.grid = {R / rows}, .in_specs = {spec, pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(0, 0); })}, .out_specs = {spec},
-         .name = "rms_norm", .compiler_params = {.num_warps = 8}});
-    auto x = pl::random::normal({R, C}, pl::bf16, 7).to(pl::Device::cuda(0));
-    auto w = pl::random::normal({1, C}, pl::bf16, 8).to(pl::Device::cuda(0));
-    pl::Array out;
-    double ms = median_ms([&] { out = k(x, w); }, 20);
-    auto xv = x.to_vector<float>(), wv = w.to_vector<float>(), ov = out.to_vector<float>();
-    double err = 0;
-    for (int64_t r = 0; r < R; r += 997) {
-      double ss = 0;
-      for (int64_t c = 0; c < C; ++c) ss += (double)xv[r * C + c] * xv[r * C + c];
-      double inv = 1 / std::sqrt(ss / C + 1e-6);
-      for (int64_t c = 0; c < C; ++c) err = std::max(err, std::fabs(ov[r * C + c] - xv[r * C + c] * inv * wv[c]) / (1 + std::fabs(ov[r * C + c])));
-    }
-    std::printf("bf16_rms_norm_16384x4096_%lldrows,%.4f,GB/s,%.1f,relerr=%g\n", (long long)rows, ms, 2.0 * R * C * 2 / ms / 1e6, err);
+    row([&] {
+      int64_t R = 16384, C = 4096;
+      auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
+      auto k = pl::pallas_call(
+          [C](pl::Ref x, pl::Ref w, pl::Ref o) {
+            pl::Value v = x[pl::all].astype(pl::f32);
+            pl::Value inv = pl::rsqrt(pl::sum(v * v, {1}, true) / static_cast<float>(C) + 1e-6f);
+            o[pl::all] = (v * inv * w[pl::all].astype(pl::f32)).astype(pl::bf16);
+          },
+          pl::ShapeDtype({R, C}, pl::bf16),
+          {.grid = {R / rows}, .in_specs = {spec, pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(0, 0); })}, .out_specs = {spec},
+           .name = "rms_norm", .compiler_params = {.num_warps = 8}});
+      auto x = pl::random::normal({R, C}, pl::bf16, 7).to(pl::Device::cuda(0));
+      auto w = pl::random::normal({1, C}, pl::bf16, 8).to(pl::Device::cuda(0));
+      pl::Array out;
+      double ms = median_ms([&] { out = k(x, w); }, 20);
+      auto xv = x.to_vector<float>(), wv = w.to_vector<float>(), ov = out.to_vector<float>();
+      double err = 0;
+      for (int64_t r = 0; r < R; r += 997) {
+        double ss = 0;
+        for (int64_t c = 0; c < C; ++c) ss += (double)xv[r * C + c] * xv[r * C + c];
+        double inv = 1 / std::sqrt(ss / C + 1e-6);
+        for (int64_t c = 0; c < C; ++c) err = std::max(err, std::fabs(ov[r * C + c] - xv[r * C + c] * inv * wv[c]) / (1 + std::fabs(ov[r * C + c])));
+      }
+      std::printf("bf16_rms_norm_16384x4096_%lldrows,%.4f,GB/s,%.1f,relerr=%g\n", (long long)rows, ms, 2.0 * R * C * 2 / ms / 1e6, err);
+    });
   }
-  if (section("memory")) {  // f32 row argmax 16384 x 4096, 8 rows per program (a row reduction with an index)
+  if (section("memory")) row([&] {  // f32 row argmax 16384 x 4096, 8 rows per program (a row reduction with an index)
     int64_t R = 16384, C = 4096, rows = 8;
     auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::argmax(x[pl::all], 1); }, pl::ShapeDtype({R}, pl::i32),
                              {.grid = {R / rows}, .in_specs = {pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); })},
@@ -246,12 +261,13 @@ int main() {
     for (int64_t r = 0; r < R; r += 97)
       wrong += ov[r] != std::max_element(xv.begin() + r * C, xv.begin() + (r + 1) * C) - (xv.begin() + r * C);
     std::printf("f32_row_argmax_16384x4096,%.4f,GB/s,%.1f,wrong_rows=%lld\n", ms, 1.0 * R * C * 4 / ms / 1e6, (long long)wrong);
-  }
-  if (section("memory")) {  // f32 column sums of 16384 x 4096: a reduction over a sequential grid axis into one block
-    int64_t R = 16384, C = 4096, rows = 256, cols = 512;
+  });
+  if (section("memory")) row([&] {  // f32 column sums of 16384 x 4096: a reduction over a sequential grid axis into one block
+    // 32 columns a program: 128 programs walk the rows (a wider block leaves most SMs idle)
+    int64_t R = 16384, C = 4096, rows = 256, cols = 32;
     auto k = pl::pallas_call(
         [](pl::Ref x, pl::Ref o) {
-          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 512}, pl::f32); });
+          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}, pl::f32); });
           o[pl::all] += pl::sum(x[pl::all], {0}, true);
         },
         pl::ShapeDtype({1, C}, pl::f32),
@@ -270,8 +286,8 @@ int main() {
       err = std::max(err, std::fabs(ov[c] - want) / (1 + std::fabs(want)));
     }
     std::printf("f32_column_sum_16384x4096_grid_axis,%.4f,GB/s,%.1f,relerr=%g\n", ms, 1.0 * R * C * 4 / ms / 1e6, err);
-  }
-  if (section("memory")) {  // f32 layer norm 16384 x 4096, one row per program
+  });
+  if (section("memory")) row([&] {  // f32 layer norm 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
     auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
     auto k = pl::pallas_call(
@@ -286,8 +302,8 @@ int main() {
     pl::Array out;
     double ms = median_ms([&] { out = k(x); }, 20);
     std::printf("f32_layer_norm_16384x4096,%.4f,GB/s,%.1f\n", ms, 2.0 * R * C * 4 / ms / 1e6);
-  }
-  if (section("memory")) {  // f32 gelu(x) * y over 2^26 elements (tanh form)
+  });
+  if (section("memory")) row([&] {  // f32 gelu(x) * y over 2^26 elements (tanh form)
     int64_t n = int64_t{1} << 26, bs = 4096;
     auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
     auto k = pl::pallas_call(
@@ -302,7 +318,7 @@ int main() {
     pl::Array out;
     double ms = median_ms([&] { out = k(x, y); }, 20);
     std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
-  }
+  });
   // Matmuls written as a user writes them: a K loop of pl::dot over (bm, bk) x (bk, bn) slices
   // of whole-K blocks, f32 accumulation (i32 for i8), then the epilogue. Variants: bf16 with a
   // bias + relu epilogue or a residual add, bf16 x W^T (trans_b, as a linear layer), A^T B
