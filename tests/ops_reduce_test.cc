@@ -145,6 +145,51 @@ TEST(Reduce, Integers) {
   check_int_reduce<uint64_t>();
 }
 
+// Reductions over the leading axes of wide tiles (a block's column sums): on the GPU these take
+// the paths that combine in registers (rows a multiple of the layout's repeat), or by shuffles
+// and a few partials per column (a repeat holds whole rows), or the general one; the shapes pick
+// each, for several warps counts, with a ragged last repeat ([3, 64]). Integer-valued inputs keep
+// f32 sums exact, so the only error is the output format's rounding.
+TEST(Reduce, LeadingAxesOfWideTiles) {
+  struct Case {
+    pl::Shape shape;
+    pl::Axes axes;
+    int warps;
+  };
+  for (const Case& c : {Case{{64, 512}, pl::Axes(0), 4}, Case{{256, 32}, pl::Axes(0), 8}, Case{{3, 64}, pl::Axes(0), 4},
+                        Case{{8, 4, 128}, pl::Axes({0, 1}), 4}, Case{{40, 24}, pl::Axes(0), 3}, Case{{16, 48}, pl::Axes(0), 4}})
+    for (pl::DType t : {pl::f32, pl::bf16, pl::i32, pl::i8})
+      for (bool keep : {false, true}) {
+        int64_t n = 1, C = c.shape.back(), R;
+        for (auto d : c.shape) n *= d;
+        R = n / C;
+        SCOPED_TRACE(pl::dtype_name(t) + std::string(" n=") + std::to_string(n) + " C=" + std::to_string(C) + " warps=" + std::to_string(c.warps) +
+                     (keep ? " keepdims" : ""));
+        auto xv = uniform(static_cast<size_t>(n), 11, -2.5, 2.5);
+        for (auto& x : xv) x = std::round(x);
+        pl::Shape os;
+        for (size_t d = 0; d < c.shape.size(); ++d)
+          if (d + 1 == c.shape.size()) os.push_back(C);
+          else if (keep && (d == 0 || c.shape.size() == 3)) os.push_back(1);
+        std::vector<double> sum(C, 0), mx(C, -1e9);
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t j = 0; j < C; ++j) sum[j] += xv[r * C + j], mx[j] = std::max(mx[j], xv[r * C + j]);
+        if (t == pl::i8)
+          for (auto& s : sum) s = static_cast<double>(static_cast<int8_t>(static_cast<int64_t>(s)));  // wraps
+        for (auto& s : sum) s = round_to(s, t);
+        pl::Axes axes = c.axes;
+        auto call = pl::pallas_call(
+            [axes, keep](pl::Ref xr, pl::Ref s, pl::Ref m) {
+              s[pl::all] = pl::sum(xr[pl::all], axes, keep);
+              m[pl::all] = pl::max(xr[pl::all], axes, keep);
+            },
+            {pl::ShapeDtype(os, t), pl::ShapeDtype(os, t)}, {.name = "column_reduce", .compiler_params = {.num_warps = c.warps}});
+        auto outs = call({make_array(xv, c.shape, t)});
+        EXPECT_TRUE(close(to_doubles(outs[0]), sum, 0, false));
+        EXPECT_TRUE(close(to_doubles(outs[1]), mx, 0, false));
+      }
+}
+
 // max / min of bools are any / all.
 TEST(Reduce, BoolMaxMin) {
   std::vector<bool> b(32, false);

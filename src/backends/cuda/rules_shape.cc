@@ -121,6 +121,84 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
   return true;
 }
 
+// Reduction over the leading axes (R rows of C columns reduced to the C columns; a column sum,
+// a reduction of a block over its rows) without writing the tile to shared memory. With the
+// blocked layout (S = threads * V):
+//  - long rows, C % S == 0: the column of a slot does not depend on the row, and the output's
+//    slot that holds that column is in the same thread; every thread combines its own slots, no
+//    shared memory, no barrier;
+//  - short rows, S % C == 0 and C % V == 0: thread t always holds columns (t % CT) * V + i
+//    (CT = C / V threads a row); it combines its runs, the lanes that share columns combine by
+//    xor shuffles (CT a power of two below 32), and the partials of the warps (or threads)
+//    meet in shared memory: P partials per column, P * C values, not the tile.
+// Other shapes take the general path through shared memory.
+bool reduce_columns(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
+  PrimId id = e.prim->id;
+  const ir::Var& o = e.out[0];
+  ir::Aval in = ir::atom_aval(e.in[0]);
+  std::string T = compute_type(in.dtype);
+  size_t q = 0;
+  while (q < red.size() && red[q]) ++q;
+  if (q == 0) return false;
+  for (size_t d = q; d < red.size(); ++d)
+    if (red[d]) return false;  // not the leading axes
+  int64_t R = 1, C = 1;
+  for (size_t d = 0; d < in.shape.size(); ++d) (red[d] ? R : C) *= in.shape[d];
+  int64_t V = E.vec, S = int64_t{E.nt} * V, N = in.size();
+  std::string x = E.name(e.in[0]), init = init_value(id, in.dtype), Vs = std::to_string(V);
+  std::string out_t = ctype(o.aval.dtype);
+  if (C % S == 0) {
+    // input slot (a * C/S + b) * V + i holds column b * S + t * V + i = the output's slot b * V + i
+    int64_t CS = C / S;
+    E.line("#pragma unroll");
+    E.line("for (int k = 0; k < " + std::to_string(CS * V) + "; ++k) {");
+    ++E.depth;
+    std::string acc = E.fresh("acc");
+    E.line(T + " " + acc + " = " + init + ";");
+    E.line("#pragma unroll");
+    E.line("for (int a = 0; a < " + std::to_string(R) + "; ++a) " + acc + " = " +
+           combine(id, T, acc, "ld(" + x + "[(a * " + std::to_string(CS) + " + k / " + Vs + ") * " + Vs + " + k % " + Vs + "])") + ";");
+    E.line(E.elem(o, "k") + " = cv<" + out_t + ">(" + acc + ");");
+    --E.depth;
+    E.line("}");
+    return true;
+  }
+  if (S % C || C % V) return false;
+  int64_t CT = C / V, G = E.per_thread(in.shape) / V, W = E.nt / 32;
+  bool shfl = shuffles(T) && E.nt % 32 == 0 && CT < 32 && (CT & (CT - 1)) == 0;
+  int64_t P = shfl ? W : E.nt / CT;  // partials per column
+  std::string pv = E.fresh("pv");
+  E.line(T + " " + pv + "[" + Vs + "];");
+  E.line("#pragma unroll");
+  E.line("for (int i = 0; i < " + Vs + "; ++i) " + pv + "[i] = " + init + ";");
+  E.line("#pragma unroll");
+  E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g)");
+  std::string valid = N % S ? "if (g * " + std::to_string(S) + " + (int)threadIdx.x * " + Vs + " < " + std::to_string(N) + ") " : "";
+  E.line("  " + valid + "for (int i = 0; i < " + Vs + "; ++i) " + pv + "[i] = " + combine(id, T, pv + "[i]", "ld(" + x + "[g * " + Vs + " + i])") + ";");
+  if (shfl) {
+    E.line("#pragma unroll");
+    E.line("for (int i = 0; i < " + Vs + "; ++i)");
+    E.line("  for (int o_ = 16; o_ >= " + std::to_string(CT) + "; o_ >>= 1) " + pv + "[i] = " +
+           combine(id, T, pv + "[i]", "__shfl_xor_sync(0xffffffffu, " + pv + "[i], o_)") + ";");
+  }
+  E.reserve(0, ir::Aval::array({P * C}, DType::F64));
+  std::string xs = E.fresh("xs");
+  E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+  std::string part = shfl ? "((int)threadIdx.x >> 5)" : "((int)threadIdx.x / " + std::to_string(CT) + ")";
+  std::string col = "((int)threadIdx.x % " + std::to_string(CT) + ") * " + Vs;
+  E.line((shfl ? "if ((threadIdx.x & 31) < " + std::to_string(CT) + ") " : std::string()) + "for (int i = 0; i < " + Vs + "; ++i) " + xs + "[" +
+         part + " * " + std::to_string(C) + " + " + col + " + i] = " + pv + "[i];");
+  E.sync();
+  E.foreach(o.aval.shape, [&] {
+    std::string acc = E.fresh("acc");
+    E.line(T + " " + acc + " = " + xs + "[e];");
+    E.line("for (int p = 1; p < " + std::to_string(P) + "; ++p) " + acc + " = " + combine(id, T, acc, xs + "[p * " + std::to_string(C) + " + e]") + ";");
+    E.line(E.elem(o, "k") + " = cv<" + out_t + ">(" + acc + ");");
+  });
+  E.sync();
+  return true;
+}
+
 // A row reduction of a tensor-core dot's fragments (value_layout.h) into its Rows layout: each
 // thread combines its 2 NS slots of each of its two rows per tile as a tree (depth log2(2 NS),
 // not a chain of 2 NS dependent steps: few warps hide little latency), then the four lanes of
@@ -199,7 +277,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   auto axes = e.params.get<std::vector<int64_t>>("axes");
   std::vector<bool> red(in.shape.size(), false);
   for (auto a : axes) red[static_cast<size_t>(a < 0 ? a + in.ndim() : a)] = true;
-  if (reduce_rows(E, e, red)) return;
+  if (reduce_rows(E, e, red) || reduce_columns(E, e, red)) return;
   E.reserve(0, in);
   std::string xs = E.put_shared(e.in[0], 0);
   E.sync();
