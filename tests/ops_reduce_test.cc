@@ -190,6 +190,43 @@ TEST(Reduce, LeadingAxesOfWideTiles) {
       }
 }
 
+// argmax / argmin over the rows of wide and narrow tiles: on the GPU (value, index) pairs fold
+// in registers, by shuffles and through a few partials per row, in any order, so ties (few
+// distinct values) and NaNs (the first wins) check that the order does not show.
+TEST(Reduce, ArgmaxArgminOfWideRows) {
+  struct Case {
+    int64_t R, C;
+    int warps;
+  };
+  for (const Case& c : {Case{8, 4096, 8}, Case{4, 1024, 4}, Case{64, 16, 4}, Case{16, 32, 8}, Case{5, 1000, 4}, Case{3, 256, 4}})
+    for (pl::DType t : {pl::f32, pl::bf16, pl::i32}) {
+      SCOPED_TRACE(pl::dtype_name(t) + std::string(" ") + std::to_string(c.R) + "x" + std::to_string(c.C) + " warps=" + std::to_string(c.warps));
+      auto xv = uniform(static_cast<size_t>(c.R * c.C), 5, 0, 40);
+      for (auto& x : xv) x = std::floor(x);  // many ties
+      if (pl::is_float(t))
+        for (int64_t r = 1; r < c.R; r += 3) xv[r * c.C + (r * 7) % c.C] = NAN, xv[r * c.C + c.C - 1] = NAN;
+      pl::Array x = make_array(xv, {c.R, c.C}, t);
+      auto call = pl::pallas_call(
+          [](pl::Ref xr, pl::Ref amax, pl::Ref amin) {
+            amax[pl::all] = pl::argmax(xr[pl::all], 1);
+            amin[pl::all] = pl::argmin(xr[pl::all], -1);
+          },
+          {pl::ShapeDtype({c.R}, pl::i32), pl::ShapeDtype({c.R}, pl::i32)}, {.name = "row_arg", .compiler_params = {.num_warps = c.warps}});
+      auto outs = call({x});
+      auto o1 = outs[0].to_vector<int32_t>(), o2 = outs[1].to_vector<int32_t>();
+      for (int64_t r = 0; r < c.R; ++r) {
+        int64_t bmax = 0, bmin = 0;
+        for (int64_t k = 1; k < c.C; ++k) {
+          double v = xv[r * c.C + k], vmax = xv[r * c.C + bmax], vmin = xv[r * c.C + bmin];
+          if (!std::isnan(vmax) && (std::isnan(v) || v > vmax)) bmax = k;
+          if (!std::isnan(vmin) && (std::isnan(v) || v < vmin)) bmin = k;
+        }
+        EXPECT_EQ(o1[static_cast<size_t>(r)], bmax) << "row " << r;
+        EXPECT_EQ(o2[static_cast<size_t>(r)], bmin) << "row " << r;
+      }
+    }
+}
+
 // max / min of bools are any / all.
 TEST(Reduce, BoolMaxMin) {
   std::vector<bool> b(32, false);

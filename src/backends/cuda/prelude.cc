@@ -137,6 +137,15 @@ template <class C> __device__ __forceinline__ C p_max(C a, C b) {
     return (a != a || b != b) ? a + b : m;
   } else return a > b ? a : b;
 }
+// argmax / argmin of a row folded in any order: candidate (bv, bi) beats (av, ai) if it is the
+// first NaN, else the larger (smaller) value, ties to the lower index; index -1 is empty.
+template <bool MX, class C> __device__ __forceinline__ bool p_arg_wins(C bv, int bi, C av, int ai) {
+  if (bi < 0) return false;
+  if (ai < 0) return true;
+  bool bn = bv != bv, an = av != av;
+  if (bn || an) return bn && (!an || bi < ai);
+  return (MX ? bv > av : bv < av) || (bv == av && bi < ai);
+}
 template <class C> __device__ __forceinline__ C p_min(C a, C b) {
 #if __CUDA_ARCH__ >= 800
   if constexpr (same_v<C, float>) { float m; asm("min.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b)); return m; }

@@ -27,6 +27,38 @@ std::string combine(PrimId id, const std::string& T, const std::string& a, const
 }
 
 
+// How a row reduction folds its elements: the accumulator's components (one for sum / max /
+// min / prod; the value and its index for argmax / argmin), their initial values, the update of
+// an accumulator by another (elements, shuffled partners and partials alike: the fold must be
+// associative and commutative, argmax breaking ties by index), an element's components from
+// its value and its column, and the output from the accumulator.
+struct RowFold {
+  std::vector<std::string> types, init;
+  std::function<std::string(const std::vector<std::string>& acc, const std::vector<std::string>& other)> merge;  // a statement
+  std::function<std::vector<std::string>(const std::string& value, const std::string& col)> element;
+  std::function<std::string(const std::vector<std::string>& acc)> result;
+  size_t n() const { return types.size(); }
+};
+
+RowFold reduce_fold(PrimId id, DType in_t, DType out_t) {
+  std::string T = compute_type(in_t), O = ctype(out_t);
+  return {{T}, {init_value(id, in_t)},
+          [id, T](const std::vector<std::string>& a, const std::vector<std::string>& b) { return a[0] + " = " + combine(id, T, a[0], b[0]) + ";"; },
+          [](const std::string& v, const std::string&) { return std::vector<std::string>{v}; },
+          [O](const std::vector<std::string>& a) { return "cv<" + O + ">(" + a[0] + ")"; }};
+}
+
+// argmax / argmin: (value, index) pairs; index -1 is the empty accumulator (p_arg_wins).
+RowFold arg_fold(bool mx, DType in_t, DType out_t) {
+  std::string T = compute_type(in_t), O = ctype(out_t), M = mx ? "true" : "false";
+  return {{T, "int"}, {"(" + T + ")0", "-1"},
+          [M](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+            return "if (p_arg_wins<" + M + ">(" + b[0] + ", " + b[1] + ", " + a[0] + ", " + a[1] + ")) { " + a[0] + " = " + b[0] + "; " + a[1] + " = " + b[1] + "; }";
+          },
+          [](const std::string& v, const std::string& col) { return std::vector<std::string>{v, col}; },
+          [O](const std::vector<std::string>& a) { return "(" + O + ")" + a[1]; }};
+}
+
 // Reduction over the trailing axes (rows of L elements, R rows) without a serial loop per
 // output: each thread combines the elements it holds of a row, the threads of a row combine
 // by warp shuffles, and only partials of different warps meet in shared memory. Two cases of
@@ -36,12 +68,12 @@ std::string combine(PrimId id, const std::string& T, const std::string& a, const
 //  - short rows, S % L == 0 and L % V == 0: a run of V lies in one row, and a row is LT = L / V
 //    consecutive threads; the thread's rows are one per repeat (partials pg[G]).
 // Other shapes take the general path through shared memory.
-bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
-  PrimId id = e.prim->id;
+bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, const RowFold& F) {
   const ir::Var& o = e.out[0];
   ir::Aval in = ir::atom_aval(e.in[0]);
-  std::string T = compute_type(in.dtype);
-  if (!shuffles(T) || E.nt % 32) return false;
+  for (const std::string& t : F.types)
+    if (t != "int" && !shuffles(t)) return false;
+  if (E.nt % 32) return false;
   size_t q = 0;
   while (q < red.size() && !red[q]) ++q;
   for (size_t d = q; d < red.size(); ++d)
@@ -51,29 +83,64 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
   int64_t V = E.vec, S = int64_t{E.nt} * V, W = E.nt / 32;
   bool long_rows = L % S == 0, short_rows = S % L == 0 && L % V == 0;
   if (!long_rows && !short_rows) return false;
-  std::string x = E.name(e.in[0]), init = init_value(id, in.dtype);
-  auto shfl = [&](const std::string& v, int64_t lanes) {  // combine over aligned groups of `lanes` lanes
-    if (lanes > 1)
-      E.line("for (int o_ = " + std::to_string(lanes / 2) + "; o_ > 0; o_ >>= 1) " + v + " = " + combine(id, T, v, "__shfl_xor_sync(0xffffffffu, " + v + ", o_)") + ";");
+  std::string x = E.name(e.in[0]), Vs = std::to_string(V), Ss = std::to_string(S), Ls = std::to_string(L);
+  // accumulator component c of a partial array `arr` at index `i`
+  auto comps = [&](const std::string& arr, const std::string& i) {
+    std::vector<std::string> c;
+    for (size_t j = 0; j < F.n(); ++j) c.push_back(arr + "_" + std::to_string(j) + "[" + i + "]");
+    return c;
   };
+  auto declare = [&](const std::string& arr, int64_t n) {
+    for (size_t j = 0; j < F.n(); ++j) E.line(F.types[j] + " " + arr + "_" + std::to_string(j) + "[" + std::to_string(n) + "];");
+  };
+  auto set_init = [&](const std::vector<std::string>& acc) {
+    std::string l;
+    for (size_t j = 0; j < F.n(); ++j) l += acc[j] + " = " + F.init[j] + "; ";
+    return l;
+  };
+  auto shfl = [&](const std::vector<std::string>& acc, int64_t lanes) {  // combine over aligned groups of `lanes` lanes
+    if (lanes <= 1) return;
+    std::vector<std::string> other;
+    std::string l = "for (int o_ = " + std::to_string(lanes / 2) + "; o_ > 0; o_ >>= 1) { ";
+    for (size_t j = 0; j < F.n(); ++j) {
+      other.push_back("s" + std::to_string(j) + "_");
+      l += F.types[j] + " " + other[j] + " = __shfl_xor_sync(0xffffffffu, " + acc[j] + ", o_); ";
+    }
+    E.line(l + F.merge(acc, other) + " }");
+  };
+  // shared partials: component j of partial i at xs_j[i]
   std::string xs = E.fresh("xs");
-  int64_t parts;  // partials per row in shared memory
+  int64_t parts = 0;  // partials per row in shared memory
+  auto bind_partials = [&] {
+    E.reserve(0, ir::Aval::array({R * parts * static_cast<int64_t>(F.n())}, DType::F64));
+    for (size_t j = 0; j < F.n(); ++j)
+      E.line(F.types[j] + "* " + xs + "_" + std::to_string(j) + " = (" + F.types[j] + "*)(smem + " + std::to_string(E.xoff + 8 * j * R * parts) + ");");
+  };
+  auto store_partial = [&](const std::string& cond, const std::string& idx, const std::vector<std::string>& acc) {
+    std::string l = "if (" + cond + ") { ";
+    for (size_t j = 0; j < F.n(); ++j) l += xs + "_" + std::to_string(j) + "[" + idx + "] = " + acc[j] + "; ";
+    E.line(l + "}");
+  };
   if (long_rows) {
-    // slot k is in row (k / V) / (L / S); all slots of the thread are valid (N % S == 0)
-    std::string pa = E.fresh("pa");
-    E.line(T + " " + pa + "[" + std::to_string(R) + "];");
-    E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) " + pa + "[r] = " + init + ";");
+    // slot k is in row (k / V) / (L / S), at column ((k / V) % (L / S)) * S + t * V + k % V; all
+    // slots of the thread are valid (N % S == 0)
+    std::string pa = E.fresh("pa"), LS = std::to_string(L / S);
+    declare(pa, R);
+    E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) { " + set_init(comps(pa, "r")) + "}");
     E.line("#pragma unroll");
-    E.line("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) " + pa + "[(k / " + std::to_string(V) + ") / " +
-           std::to_string(L / S) + "] = " + combine(id, T, pa + "[(k / " + std::to_string(V) + ") / " + std::to_string(L / S) + "]", "ld(" + x + "[k])") + ";");
+    E.line("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) {");
+    ++E.depth;
+    std::string col = "((k / " + Vs + ") % " + LS + ") * " + Ss + " + (int)threadIdx.x * " + Vs + " + k % " + Vs;
+    E.line(F.merge(comps(pa, "(k / " + Vs + ") / " + LS), F.element("ld(" + x + "[k])", col)));
+    --E.depth;
+    E.line("}");
     parts = W;
-    E.reserve(0, ir::Aval::array({R * parts}, DType::F64));
-    E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+    bind_partials();
     E.line("#pragma unroll");
     E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) {");
     ++E.depth;
-    shfl(pa + "[r]", 32);
-    E.line("if ((threadIdx.x & 31) == 0) " + xs + "[r * " + std::to_string(W) + " + (threadIdx.x >> 5)] = " + pa + "[r];");
+    shfl(comps(pa, "r"), 32);
+    store_partial("(threadIdx.x & 31) == 0", "r * " + std::to_string(W) + " + (threadIdx.x >> 5)", comps(pa, "r"));
     --E.depth;
     E.line("}");
   } else {
@@ -81,39 +148,44 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) {
     int64_t LT = L / V, G = E.per_thread(in.shape) / V, N = in.size();
     if (LT & (LT - 1)) return false;  // xor shuffles pair lanes within aligned powers of two
     std::string pg = E.fresh("pg");
-    E.line(T + " " + pg + "[" + std::to_string(G) + "];");
+    declare(pg, G);
     E.line("#pragma unroll");
     E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
     ++E.depth;
-    E.line(pg + "[g] = " + init + ";");
-    E.line("if (g * " + std::to_string(S) + " + threadIdx.x * " + std::to_string(V) + " < " + std::to_string(N) + ")");
-    E.line("  for (int i = 0; i < " + std::to_string(V) + "; ++i) " + pg + "[g] = " +
-           combine(id, T, pg + "[g]", "ld(" + x + "[g * " + std::to_string(V) + " + i])") + ";");
-    shfl(pg + "[g]", std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
+    E.line(set_init(comps(pg, "g")));
+    E.line("if (g * " + Ss + " + threadIdx.x * " + Vs + " < " + std::to_string(N) + ")");
+    std::string col = "((int)threadIdx.x * " + Vs + " + i) % " + Ls;
+    E.line("  for (int i = 0; i < " + Vs + "; ++i) { " + F.merge(comps(pg, "g"), F.element("ld(" + x + "[g * " + Vs + " + i])", col)) + " }");
+    shfl(comps(pg, "g"), std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
     --E.depth;
     E.line("}");
     parts = LT > 32 ? LT / 32 : 1;
-    E.reserve(0, ir::Aval::array({R * parts}, DType::F64));
-    E.line(T + "* " + xs + " = (" + T + "*)(smem + " + std::to_string(E.xoff) + ");");
+    bind_partials();
     E.line("#pragma unroll");
     E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
     ++E.depth;
     std::string row = "(g * " + std::to_string(S / L) + " + (int)threadIdx.x / " + std::to_string(LT) + ")";
     if (LT > 32)
-      E.line("if ((threadIdx.x & 31) == 0 && " + row + " < " + std::to_string(R) + ") " + xs + "[" + row + " * " + std::to_string(parts) +
-             " + ((int)threadIdx.x >> 5) % " + std::to_string(parts) + "] = " + pg + "[g];");
+      store_partial("(threadIdx.x & 31) == 0 && " + row + " < " + std::to_string(R),
+                    row + " * " + std::to_string(parts) + " + ((int)threadIdx.x >> 5) % " + std::to_string(parts), comps(pg, "g"));
     else
-      E.line("if ((int)threadIdx.x % " + std::to_string(LT) + " == 0 && " + row + " < " + std::to_string(R) + ") " + xs + "[" + row + "] = " + pg + "[g];");
+      store_partial("(int)threadIdx.x % " + std::to_string(LT) + " == 0 && " + row + " < " + std::to_string(R), row, comps(pg, "g"));
     --E.depth;
     E.line("}");
   }
   E.sync();
   auto finish = [&](const std::string& dst, const std::string& r) {
     std::string acc = E.fresh("acc");
-    E.line(T + " " + acc + " = " + xs + "[" + r + " * " + std::to_string(parts) + "];");
-    if (parts > 1)
-      E.line("for (int j = 1; j < " + std::to_string(parts) + "; ++j) " + acc + " = " + combine(id, T, acc, xs + "[" + r + " * " + std::to_string(parts) + " + j]") + ";");
-    E.line(dst + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
+    std::vector<std::string> a, b;
+    std::string l;
+    for (size_t j = 0; j < F.n(); ++j) {
+      a.push_back(acc + "_" + std::to_string(j));
+      b.push_back(xs + "_" + std::to_string(j) + "[" + r + " * " + std::to_string(parts) + " + j]");
+      l += F.types[j] + " " + a[j] + " = " + xs + "_" + std::to_string(j) + "[" + r + " * " + std::to_string(parts) + "]; ";
+    }
+    E.line(l);
+    if (parts > 1) E.line("for (int j = 1; j < " + std::to_string(parts) + "; ++j) { " + F.merge(a, b) + " }");
+    E.line(dst + " = " + F.result(a) + ";");
   };
   if (Emitter::scalar_like(o.aval)) finish(E.name(o), "0");
   else E.foreach(o.aval.shape, [&] { finish(E.elem(o, "k"), "e"); });
@@ -277,7 +349,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   auto axes = e.params.get<std::vector<int64_t>>("axes");
   std::vector<bool> red(in.shape.size(), false);
   for (auto a : axes) red[static_cast<size_t>(a < 0 ? a + in.ndim() : a)] = true;
-  if (reduce_rows(E, e, red) || reduce_columns(E, e, red)) return;
+  if (reduce_rows(E, e, red, reduce_fold(e.prim->id, t, o.aval.dtype)) || reduce_columns(E, e, red)) return;
   E.reserve(0, in);
   std::string xs = E.put_shared(e.in[0], 0);
   E.sync();
@@ -441,6 +513,9 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     for (int d = 0; d < in.ndim(); ++d)
       if (d != ax) kept.push_back(in.shape[static_cast<size_t>(d)]), kst.push_back(st[static_cast<size_t>(d)]);
     E.declare(o);
+    std::vector<bool> red(in.shape.size(), false);
+    red[static_cast<size_t>(ax)] = true;
+    if (reduce_rows(E, e, red, arg_fold(mx, in.dtype, o.aval.dtype))) return;
     E.reserve(0, in);
     std::string xs = E.put_shared(e.in[0], 0);
     E.sync();
