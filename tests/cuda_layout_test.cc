@@ -211,15 +211,18 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
 // loaded before the loop, so its tile is written to shared memory once and stays; K and V
 // are pipelined; the output accumulator, rescaled each iteration by exp(m_old - m_new), stays
 // in fragments (scaled in place), and P = exp(S - m) goes to the second dot from registers.
+// The loop is rotated (rotation.h): P·V of one iteration runs behind the next one's Q·Kᵀ, so V's
+// stage is kept an iteration longer (a fourth buffer).
 TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
   pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});
   EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text,
             "loop: operand bf16[64,64] stays in shared memory (K-major)\n"
-            "loop: 3 stages, 3 buffers of 16384 bytes, copies 2 iteration(s) ahead, no barrier per iteration\n"
+            "loop: 3 stages, 4 buffers of 16384 bytes, copies 2 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration\n"
             "  pipelined by TMA: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
             "  pipelined by TMA: operand B (bf16[64,64], MN-major) of the dot giving f32[64,64]\n"
+            "loop rotated: the second dot of each iteration is issued after the first dot of the next\n"
             "dot bf16[64,64] x bf16[64,64]^T: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
             "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
 }

@@ -111,6 +111,17 @@ class Emitter {
   // The dot of the loop being emitted whose wgmma wait is deferred to the next iteration
   // (pipeline.h): it waits for all but its latest group and does not sync after.
   const ir::Eqn* wgmma_in_flight = nullptr;
+  // A rotated loop's body being emitted (rotation.h): right after the first dot's wgmmas are
+  // issued, `between` issues the previous iteration's second dot behind them (ending with a
+  // wait for all but that group), and the second dot takes its A operand from `packed_a`, the
+  // packed registers carried from the iteration before.
+  struct Rotation {
+    const ir::Eqn* first = nullptr;
+    const ir::Eqn* second = nullptr;
+    std::function<void()> between;
+    std::string packed_a;
+  };
+  const Rotation* rotation = nullptr;
   // Inside a pipelined loop's body (pipeline.h): the stage buffers and resident operand tiles
   // are rewritten only after every warp has reached the next iteration (its barrier, or, in a
   // loop without one, its count out of the stage), so a dot that reads only those (or

@@ -61,11 +61,6 @@ bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, con
 constexpr size_t kPipelineBudget = 200 * 1024;
 
 // The dots of a jaxpr and of the jaxprs inside its ops.
-int count_dots(const ir::Jaxpr& j) {
-  int n = 0;
-  for_each_eqn(j, [&](const ir::Eqn& e) { n += e.prim->id == PrimId::dot; });
-  return n;
-}
 
 // The transposing copy's order. A load [K, N] (rows K, columns N contiguous in memory) goes to
 // a K-major tile (rows N, runs of K): each warp instruction copies 4 words of K x 8 of N (four
@@ -225,7 +220,13 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
 
 }  // namespace
 
-LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry) {
+int count_dots(const ir::Jaxpr& j) {
+  int n = 0;
+  for_each_eqn(j, [&](const ir::Eqn& e) { n += e.prim->id == PrimId::dot; });
+  return n;
+}
+
+LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry, const ir::Eqn* read_next_iteration) {
   LoopPipeline p;
   if (!E.wgmma || E.num_stages < 2 || has_effects(body)) return p;
   BodyUses bu(body);
@@ -302,10 +303,14 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
   p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.tf32 == PipelinedLoad::Tf32::None; });
+  // a rotated loop's second dot reads its stage one iteration later (rotation.h)
+  const ir::Eqn* rotated = nullptr;
+  for (const PipelinedLoad& l : p.loads)
+    if (read_next_iteration && l.dot == read_next_iteration && !l.staged()) rotated = read_next_iteration;
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
   for (int s = E.num_stages; s >= 2; --s) {
-    if (async_dot && fits(s + 1)) {
-      p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot;
+    if ((async_dot || rotated) && fits(s + 1)) {
+      p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot, p.rotated_dot = rotated;
       return p;
     }
     if (fits(s)) {
@@ -340,6 +345,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
   std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
                      " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "") +
+                     (p.rotated_dot ? ", the second dot's stage kept an iteration longer" : "") +
                      (p.barrier_free ? ", no barrier per iteration" : "");
   E.line("// loop pipeline: " + what);
   if (p.tma_bytes) {
@@ -375,6 +381,12 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
 static std::string stage_at(const LoopPipeline& p, const std::string& it, const std::string& lo, size_t off) {
   return "(" + p.base + " + ((" + it + " - " + lo + ") % " + std::to_string(p.buffers) + ") * " + std::to_string(p.stage_bytes) + " + " +
          std::to_string(off) + ")";
+}
+
+std::string pipelined_operand_at(const LoopPipeline& p, const ir::Var& v, const std::string& it, const std::string& lo) {
+  for (const PipelinedLoad& l : p.loads)
+    if (l.load->out[0].id == v.id) return stage_at(p, it, lo, l.tf32 == PipelinedLoad::Tf32::TmaStaged ? l.tile_off : l.off);
+  return "";
 }
 
 // Each thread rounds the f32 words it copied for iteration `it` (its own copies are complete

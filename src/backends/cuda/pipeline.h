@@ -71,6 +71,7 @@ struct LoopPipeline {
   int buffers = 0;  // stage buffers: stages, or stages + 1 with the dot in flight
   int ahead = 0;    // iterations the copies run ahead of their use
   const ir::Eqn* dot_in_flight = nullptr;  // the dot whose wgmma wait is deferred an iteration
+  const ir::Eqn* rotated_dot = nullptr;    // a rotated loop's second dot: its stage is read an iteration later
   std::vector<PipelinedLoad> loads;
   size_t stage_bytes = 0;
   size_t tiles_bytes = 0;  // the staged loads' swizzled tiles (one each, after the buffers)
@@ -91,15 +92,23 @@ struct LoopPipeline {
   bool saved_fenced = false;
 };
 
+// The dots of a jaxpr, those inside its ops' jaxprs included.
+int count_dots(const ir::Jaxpr& j);
+
 // Which loads of the body to pipeline, and how deep (E.num_stages, fewer when shared memory
-// would not hold them).
-LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
+// would not hold them). `read_next_iteration`: a dot that reads its pipelined operands in the
+// iteration after theirs (a rotated loop's second dot, rotation.h): their stage is refilled
+// one iteration later, so the loop takes one more buffer (none, and no rotation, if it does
+// not fit).
+LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry, const ir::Eqn* read_next_iteration = nullptr);
 // Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi);
 // At the top of each iteration `it`: waits for iteration it's copies, then (after the barrier,
 // when the stage refilled is free) issues iteration it + ahead's, and points the dots' operands
 // at its stage.
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi);
+// The stage tile of pipelined load result `v` for iteration `it` ("" when v is not pipelined).
+std::string pipelined_operand_at(const LoopPipeline& p, const ir::Var& v, const std::string& it, const std::string& lo);
 // After the loop: waits for the dot in flight, drains the copies and frees the buffers.
 void end_pipeline(Emitter& E, const LoopPipeline& p);
 

@@ -52,6 +52,10 @@ std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& do
 void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float, bool arithmetic_users = false);
 // Whether wgmma takes the dot's A from registers when A is in layout `a` (rules_dot.cc).
 bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a);
+// Such an A operand as wgmma reads it: 16-bit pairs packed into 32-bit registers, `dst`
+// (declared by the caller, packed_a_words of them) <- the dot's operand 0.
+int64_t packed_a_words(const Emitter& E, const ir::Eqn& dot);
+void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst);
 
 // The value-layout pass (value_layout.cc): every tile value's layout before emission, and the
 // dump (NAME.values.txt under PALLAS_DUMP_PASSES). Absent from the map: blocked.

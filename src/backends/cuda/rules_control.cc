@@ -1,6 +1,7 @@
 // Lowering rules for control flow (fori_loop, while, cond with tile-valued carries, inlined
 // in scopes), grid queries, debug_print and check.
 #include "src/backends/cuda/pipeline.h"
+#include "src/backends/cuda/rotation.h"
 #include "src/backends/cuda/rules.h"
 
 namespace pallas::cuda {
@@ -53,22 +54,32 @@ void fori(Emitter& E, const ir::Eqn& e) {
   std::string lo = E.name(e.in[0]), hi = E.name(e.in[1]);
   ResidentOperands resident = plan_resident_operands(E, body, nc);
   begin_resident_operands(E, resident);
-  LoopPipeline pipe = plan_pipeline(E, body, nc);
+  // a body of two dots, the second accumulating P·V-like into a fragment carry, is rotated
+  // (rotation.h): the pipeline keeps the second dot's stage an iteration longer for it
+  std::optional<LoopRotation> rot = plan_rotation(E, body, frag);
+  LoopPipeline pipe = plan_pipeline(E, body, nc, rot ? rot->second : nullptr);
   if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
-  std::string i = E.fresh("it");
   std::string T = ctype(ir::atom_aval(e.in[0]).dtype);
-  E.line("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
-  ++E.depth;
-  if (pipe.stages) pipeline_iteration(E, pipe, body, i, lo, hi);
-  E.names[body.invars[0].id] = i;
-  for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
-  E.emit_eqns(body);
+  auto bind_carries = [&] {
+    for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
+  };
   std::vector<size_t> plain;
   for (size_t c = 0; c < nc; ++c)
     if (!frag[c]) plain.push_back(c);
-  assign_outs(E, body, e.out, plain);
-  --E.depth;
-  E.line("}");
+  if (rot && rotation_ready(*rot, pipe)) {
+    emit_rotated_loop(E, *rot, pipe, body, T, lo, hi, bind_carries, [&] { assign_outs(E, body, e.out, plain); });
+  } else {
+    std::string i = E.fresh("it");
+    E.line("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
+    ++E.depth;
+    if (pipe.stages) pipeline_iteration(E, pipe, body, i, lo, hi);
+    E.names[body.invars[0].id] = i;
+    bind_carries();
+    E.emit_eqns(body);
+    assign_outs(E, body, e.out, plain);
+    --E.depth;
+    E.line("}");
+  }
   if (pipe.stages) end_pipeline(E, pipe);
   end_resident_operands(E, resident);
   for (size_t c = 0; c < nc; ++c)

@@ -305,25 +305,20 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   std::string a_op = "%" + std::to_string(regs), b_op = "%" + std::to_string(regs + 1);
   std::string tail = t == DType::I8 ? ", 1" : narrow ? ", 1, 1, 1, " + std::string(A.k_major ? "0" : "1") + ", " + (B.k_major ? "0" : "1") : ", 1, 1, 1";
   std::string a_in = "\"l\"(da)";
-  if (a_regs) {
-    // k16 step ks of A is n-blocks 2 ks and 2 ks + 1 of its fragments: register 0 holds row g,
-    // columns 2q, 2q + 1 of the first (slots r = 0, 1), register 1 row g + 8 (r = 2, 3),
-    // registers 2 and 3 the same of the second — the A layout of m16n8k16 and of wgmma alike.
+  if (a_regs) {  // packed 16-bit pairs (pack_a_operand)
     a_op = "{%" + std::to_string(regs) + ", %" + std::to_string(regs + 1) + ", %" + std::to_string(regs + 2) + ", %" + std::to_string(regs + 3) + "}";
     b_op = "%" + std::to_string(regs + 4);
     tail = ", 1, 1, 1, " + std::string(B.k_major ? "0" : "1");
     // Packed before the fence: ptxas would otherwise fence every instruction whose A registers
-    // were just written.
-    std::string P = E.name(e.in[0]), NA = std::to_string(a_layout.grid.NS), pa = E.fresh("pa");
-    E.line("u32 " + pa + "[" + std::to_string(q.TPW * steps * 4) + "];");
-    E.line("#pragma unroll");
-    E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t)");
-    E.line("  #pragma unroll");
-    E.line("  for (int ks = 0; ks < " + std::to_string(steps) + "; ++ks)");
-    E.line("    #pragma unroll");
-    E.line("    for (int h = 0; h < 4; ++h)");
-    E.line("      " + pa + "[(t * " + std::to_string(steps) + " + ks) * 4 + h] = pk2(" + P + "[(t * " + NA + " + 2 * ks + h / 2) * 4 + 2 * (h % 2)], " + P + "[(t * " + NA +
-           " + 2 * ks + h / 2) * 4 + 2 * (h % 2) + 1]);");
+    // were just written. A rotated loop packed them an iteration ago (rotation.h).
+    std::string pa;
+    if (E.rotation && E.rotation->second == &e) {
+      pa = E.rotation->packed_a;
+    } else {
+      pa = E.fresh("pa");
+      E.line("u32 " + pa + "[" + std::to_string(packed_a_words(E, e)) + "];");
+      pack_a_operand(E, e, pa);
+    }
     auto reg = [&](int h) { return "\"r\"(" + pa + "[(t * " + std::to_string(steps) + " + ks) * 4 + " + std::to_string(h) + "])"; };
     a_in = reg(0) + ", " + reg(1) + ", " + reg(2) + ", " + reg(3);
   }
@@ -346,7 +341,10 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     E.line("asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");");
     return;
   }
-  E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+  if (E.rotation && E.rotation->first == &e)  // the previous iteration's second dot goes behind this one
+    E.rotation->between();                     // and waits for this one (all groups but its own)
+  else
+    E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
   // (a fragment carry is read only after the loop, past its last wait: no fence needed)
   if (!E.dot_into_fragments.count(&e)) fence_fragments(E, frag, q.TPW * q.NS * 4, t != DType::I8, only_arithmetic_users(E, e.out[0]));
   if (!put.empty() || !E.operand_tiles_fenced) E.sync();  // the operand tiles are read until here
@@ -511,6 +509,31 @@ SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, in
 }
 
 void register_dot_rules(ir::RuleTable<LowerRule>& t) { t.set(PrimId::dot, dot); }
+
+// k16 step ks of A is n-blocks 2 ks and 2 ks + 1 of its fragments: register 0 holds row g,
+// columns 2q, 2q + 1 of the first (slots r = 0, 1), register 1 row g + 8 (r = 2, 3),
+// registers 2 and 3 the same of the second — the A layout of m16n8k16 and of wgmma alike.
+int64_t packed_a_words(const Emitter& E, const ir::Eqn& dot) {
+  DotShape d = dot_shape(dot);
+  const MmaKind& m = *mma_kind_of(E, dot);
+  return mma_grid(E, d, m).TPW * ((d.K + m.k - 1) / m.k) * 4;
+}
+void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst) {
+  DotShape d = dot_shape(dot);
+  const MmaKind& m = *mma_kind_of(E, dot);
+  MmaGrid q = mma_grid(E, d, m);
+  int64_t steps = (d.K + m.k - 1) / m.k;
+  ValueLayout a_layout = E.layout_of(dot.in[0]);
+  std::string P = E.name(dot.in[0]), NA = std::to_string(a_layout.grid.NS), S = std::to_string(steps);
+  E.line("#pragma unroll");
+  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t)");
+  E.line("  #pragma unroll");
+  E.line("  for (int ks = 0; ks < " + S + "; ++ks)");
+  E.line("    #pragma unroll");
+  E.line("    for (int h = 0; h < 4; ++h)");
+  E.line("      " + dst + "[(t * " + S + " + ks) * 4 + h] = pk2(" + P + "[(t * " + NA + " + 2 * ks + h / 2) * 4 + 2 * (h % 2)], " + P + "[(t * " + NA +
+         " + 2 * ks + h / 2) * 4 + 2 * (h % 2) + 1]);");
+}
 
 std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
   const MmaKind* m = mma_kind_of(E, dot);

@@ -1,0 +1,118 @@
+// Loop rotation (rotation.h).
+#include "src/backends/cuda/rotation.h"
+
+namespace pallas::cuda {
+using ir::PrimId;
+
+std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries) {
+  if (!E.wgmma || count_dots(body) != 2) return std::nullopt;
+  const FragmentCarry* fc = nullptr;
+  for (const auto& c : carries)
+    if (c) {
+      if (fc) return std::nullopt;  // one accumulator
+      fc = &*c;
+    }
+  if (!fc) return std::nullopt;
+  const ir::Eqn* second = fc->dot;
+  if (!wgmma_a_from_registers(E, *second, E.layout_of(second->in[0]))) return std::nullopt;
+  const ir::Eqn* first = nullptr;
+  for (const ir::Eqn& e : body.eqns) {
+    if (&e == second) break;
+    if (e.prim->id == PrimId::dot) first = &e;
+  }
+  if (!first || E.layout_of(first->out[0]).kind != ValueLayout::Mma) return std::nullopt;  // its result stays in fragments
+  LoopRotation r;
+  r.first = first;
+  r.second = second;
+  r.frag = fc->frag;
+  if (fc->scale_mul) {
+    auto* v = std::get_if<ir::Var>(&fc->scale_rows);
+    if (!v) return std::nullopt;
+    for (const ir::Eqn& e : body.eqns)
+      for (const ir::Var& o : e.out)
+        if (o.id == v->id) r.rows = v;
+  }
+  return r;
+}
+
+bool rotation_ready(const LoopRotation& r, const LoopPipeline& p) {
+  auto* z = std::get_if<ir::Var>(&r.second->in[1]);
+  return p.stages && p.rotated_dot == r.second && z && !pipelined_operand_at(p, *z, "0", "0").empty();
+}
+
+void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,
+                       const std::string& lo, const std::string& hi, const std::function<void()>& bind_carries,
+                       const std::function<void()>& assign_carries) {
+  const ir::Eqn& second = *r.second;
+  const ir::Var& z = std::get<ir::Var>(second.in[1]);
+  // carried across the back edge: p packed, r in its layout
+  std::string pc = E.fresh("pc"), rc;
+  E.line("u32 " + pc + "[" + std::to_string(packed_a_words(E, second)) + "];");
+  if (r.rows) {
+    rc = E.fresh("rc");
+    bool scalar = Emitter::scalar_like(r.rows->aval);
+    E.line(ctype(r.rows->aval.dtype) + " " + rc + (scalar ? "" : "[" + std::to_string(E.slots(*r.rows)) + "]") + ";");
+  }
+  auto end_iteration = [&] {  // p and r of this iteration for the next; the plain carries
+    pack_a_operand(E, second, pc);
+    if (r.rows) {
+      if (Emitter::scalar_like(r.rows->aval)) E.line(rc + " = " + E.name(*r.rows) + ";");
+      else E.line("for (int k = 0; k < " + std::to_string(E.slots(*r.rows)) + "; ++k) " + rc + "[k] = " + E.name(*r.rows) + "[k];");
+    }
+    assign_carries();
+  };
+  // the second dot of iteration `it` from the carried p and r and its stage
+  auto issue_second = [&](const std::string& it, bool in_flight) {
+    std::string saved_rows = r.rows ? E.names.at(r.rows->id) : std::string();
+    auto saved_z = E.smem_operands.find(z.id) != E.smem_operands.end() ? std::optional<std::string>(E.smem_operands.at(z.id)) : std::nullopt;
+    if (r.rows) E.names[r.rows->id] = rc;
+    E.smem_operands[z.id] = pipelined_operand_at(p, z, it, lo);
+    const ir::Eqn* saved_flight = E.wgmma_in_flight;
+    if (in_flight) E.wgmma_in_flight = &second;  // ends by waiting for all groups but its own
+    E.absorbed.erase(&second);
+    lowering_rules().get(PrimId::dot)(E, second);
+    E.absorbed.insert(&second);
+    E.wgmma_in_flight = saved_flight;
+    if (r.rows) E.names[r.rows->id] = saved_rows;
+    if (saved_z) E.smem_operands[z.id] = *saved_z;
+    else E.smem_operands.erase(z.id);
+  };
+  // the plan text says each dot once (the body is emitted twice, the second dot once more)
+  const std::string text = E.dots_text + "loop rotated: the second dot of each iteration is issued after the first dot of the next\n";
+  E.line("// rotated loop: iteration i issues its first dot, then iteration i - 1's second dot");
+  E.line("if (" + lo + " < " + hi + ") {");
+  ++E.depth;
+  E.absorbed.insert(&second);
+  // iteration lo, without its second dot
+  pipeline_iteration(E, p, body, lo, lo, hi);
+  bind_carries();
+  E.emit_eqns(body);
+  end_iteration();
+  E.dots_text = text;
+  std::string it = E.fresh("it");
+  E.line("for (" + index_type + " " + it + " = " + lo + " + 1; " + it + " < " + hi + "; ++" + it + ") {");
+  ++E.depth;
+  pipeline_iteration(E, p, body, it, lo, hi);
+  bind_carries();
+  Emitter::Rotation rot{r.first, &second, [&] { issue_second(it + " - 1", true); }, pc};
+  E.rotation = &rot;
+  E.emit_eqns(body);
+  E.rotation = nullptr;
+  E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+  fence_fragments(E, r.frag, dot_result_layout(E, second)->slots(), true, /*arithmetic_users=*/true);
+  end_iteration();
+  --E.depth;
+  E.line("}");
+  // iteration hi - 1's second dot
+  const std::string loop_text = E.dots_text;
+  Emitter::Rotation last{nullptr, &second, {}, pc};
+  E.rotation = &last;
+  issue_second("(" + hi + " - 1)", false);
+  E.rotation = nullptr;
+  E.dots_text = loop_text;
+  E.absorbed.erase(&second);
+  --E.depth;
+  E.line("}");
+}
+
+}  // namespace pallas::cuda

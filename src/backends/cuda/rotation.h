@@ -1,0 +1,49 @@
+// Loop rotation: FA3's overlap of the softmax with the tensor cores, within one warpgroup,
+// general to any fori_loop body of this shape:
+//
+//   s = dot(x, y)                      the first dot, its result in fragments
+//   ... (anything: a softmax) ...      gives p, in the first dot's fragment layout, and r
+//   acc = acc * r[:, None] + dot(p, z) the second dot, into a fragment carry, A from registers
+//
+// wgmma groups complete in order, so deferring the second dot's wait alone gains nothing: the
+// first dot of iteration i + 1 must be issued before the second dot of iteration i. The
+// rotated loop runs the first half of iteration lo on its own, then, each iteration i:
+//   issue the first dot (i); scale acc by r(i - 1) and issue the second dot (i - 1);
+//   wait for all but the last group (the first dot is done); the rest of iteration i's body
+//   (its softmax runs while the tensor cores do the second dot); wait for all;
+// and ends with the second dot of iteration hi - 1. p (packed as wgmma reads it) and r are
+// carried across the back edge; the second dot's pipelined operand (z: V) is read from the
+// stage of the iteration before, which therefore is refilled one iteration later (one more
+// buffer: pipeline.h). A loop with no iterations runs none of it (`if (lo < hi)`: the bounds
+// are the same in every thread, so the wgmmas stay in uniform control flow).
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "src/backends/cuda/pipeline.h"
+#include "src/backends/cuda/rules.h"
+
+namespace pallas::cuda {
+
+struct LoopRotation {
+  const ir::Eqn* first = nullptr;   // s = dot(x, y)
+  const ir::Eqn* second = nullptr;  // acc (* r) + dot(p, z), into the fragment carry
+  const ir::Var* rows = nullptr;    // r when the body computes it (carried); else none or loop-invariant
+  std::string frag;                 // the carry's fragments
+};
+
+// The body's two dots when the loop can be rotated (before the pipeline is planned; the
+// rotation also needs the second dot's B operand pipelined with its stage kept an iteration
+// longer, which `rotation_ready` checks after).
+std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries);
+bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
+
+// The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
+// assigns the plain (non-fragment) carries from the body's outputs at the end of an iteration.
+void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,
+                       const std::string& lo, const std::string& hi, const std::function<void()>& bind_carries,
+                       const std::function<void()>& assign_carries);
+
+}  // namespace pallas::cuda
