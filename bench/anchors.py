@@ -71,6 +71,11 @@ def torch_anchors():
         q = torch.randn(s, s, device=dev, dtype=torch.bfloat16)
         ms = torch_time(lambda: p @ q, reps=20)
         emit(workload=f"bf16 matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
+    pb = torch.randn(16, 2048, 2048, device=dev, dtype=torch.bfloat16)
+    qb = torch.randn(16, 2048, 2048, device=dev, dtype=torch.bfloat16)
+    ms = torch_time(lambda: torch.bmm(pb, qb), reps=20)
+    emit(workload="bf16 batched matmul 16x2048^3", impl="torch cuBLAS bmm", ms=ms, tflops=2 * 16 * 2048**3 / ms / 1e9)
+    del pb, qb
     # the user-written matmul rows of cuda_bench: relu(x W + b), x W^T (linear), tf32
     s = 4096
     p = torch.randn(s, s, device=dev, dtype=torch.bfloat16)

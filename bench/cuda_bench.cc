@@ -397,6 +397,40 @@ int main() {
     std::printf("%s_%s,%.4f,%s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, shape.c_str(), ms, t == pl::i8 ? "TOP/s" : "TFLOP/s",
                 2.0 * M * N * K / ms / 1e9, err, first_ms);
   }
+  if (section("matmul")) row([&] {  // bf16 batched matmul 16 x 2048^3: a batch axis in the grid, squeezed from the blocks
+    const int64_t B = 16, M = 2048, N = 2048, K = 2048, bm = 128, bn = 128, bk = 64;
+    auto k = pl::pallas_call(
+        [](pl::Ref a, pl::Ref b, pl::Ref o) {
+          pl::Value acc = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
+            return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
+          });
+          o[pl::all] = acc.astype(pl::bf16);
+        },
+        pl::ShapeDtype({B, M, N}, pl::bf16),
+        {.grid = {B, M / bm, N / bn},
+         .in_specs = {pl::BlockSpec({pl::squeezed, bm, K}, [](pl::Value z, pl::Value i, pl::Value) { return pl::idx(z, i, 0); }),
+                      pl::BlockSpec({pl::squeezed, K, bn}, [](pl::Value z, pl::Value, pl::Value j) { return pl::idx(z, 0, j); })},
+         .out_specs = {pl::BlockSpec({pl::squeezed, bm, bn}, [](pl::Value z, pl::Value i, pl::Value j) { return pl::idx(z, i, j); })},
+         .name = "batched_matmul", .compiler_params = {.num_warps = 8}});
+    auto a = pl::random::normal({B, M, K}, pl::bf16, 7).to(pl::Device::cuda(0));
+    auto b = pl::random::normal({B, K, N}, pl::bf16, 8).to(pl::Device::cuda(0));
+    pl::Array out;
+    double t0 = now_ms();
+    out = k(a, b);
+    pl::synchronize();
+    double first_ms = now_ms() - t0;
+    double ms = median_ms([&] { out = k(a, b); }, 5);
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), ov = out.to_vector<float>();
+    double err = 0;
+    for (int64_t z = 0; z < B; z += 5)
+      for (int64_t i = 0; i < M; i += 509)
+        for (int64_t j = 0; j < N; j += 263) {
+          double want = 0;
+          for (int64_t q = 0; q < K; ++q) want += (double)av[(z * M + i) * K + q] * bv[(z * K + q) * N + j];
+          err = std::max(err, std::fabs(ov[(z * M + i) * N + j] - want) / (1 + std::fabs(want)));
+        }
+    std::printf("bf16_batched_matmul_16x2048^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", ms, 2.0 * B * M * N * K / ms / 1e9, err, first_ms);
+  });
   if (section("tf32")) {  // the f32 (tf32) user matmul over block shapes, stages and warps (CUDA_BENCH_ONLY=tf32)
     int64_t n = 4096;
     auto a = pl::random::normal({n, n}, pl::f32, 4).to(pl::Device::cuda(0));
