@@ -227,6 +227,20 @@ TEST(Reduce, ArgmaxArgminOfWideRows) {
     }
 }
 
+// argmax / argmin of one element (found by the fuzzer: the rows path took the one-element
+// value, held as a scalar, for an array of slots).
+TEST(Reduce, ArgOfOneElement) {
+  auto call = interp_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref a, pl::Ref b) {
+        pl::store(a, {}, pl::argmin(x[pl::all], 0));
+        b[pl::all] = pl::argmax(y[pl::all], 1);
+      },
+      {pl::ShapeDtype({}, pl::i32), pl::ShapeDtype({1}, pl::i32)});
+  auto outs = call({make_array({2.5}, {1}, pl::f32), make_array({-1.0}, {1, 1}, pl::f32)});
+  EXPECT_EQ(outs[0].to_vector<int32_t>(), std::vector<int32_t>{0});
+  EXPECT_EQ(outs[1].to_vector<int32_t>(), std::vector<int32_t>{0});
+}
+
 // max / min of bools are any / all.
 TEST(Reduce, BoolMaxMin) {
   std::vector<bool> b(32, false);

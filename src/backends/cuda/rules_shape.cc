@@ -73,7 +73,7 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, con
   ir::Aval in = ir::atom_aval(e.in[0]);
   for (const std::string& t : F.types)
     if (t != "int" && !shuffles(t)) return false;
-  if (E.nt % 32) return false;
+  if (E.nt % 32 || Emitter::scalar_like(in)) return false;  // one element: no slots to fold
   size_t q = 0;
   while (q < red.size() && !red[q]) ++q;
   for (size_t d = q; d < red.size(); ++d)
@@ -214,6 +214,7 @@ bool reduce_columns(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) 
   if (q == 0) return false;
   for (size_t d = q; d < red.size(); ++d)
     if (red[d]) return false;  // not the leading axes
+  if (Emitter::scalar_like(in)) return false;
   int64_t R = 1, C = 1;
   for (size_t d = 0; d < in.shape.size(); ++d) (red[d] ? R : C) *= in.shape[d];
   int64_t V = E.vec, S = int64_t{E.nt} * V, N = in.size();
