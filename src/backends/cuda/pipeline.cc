@@ -60,8 +60,6 @@ bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, con
 // of the 227 KiB a block may have).
 constexpr size_t kPipelineBudget = 200 * 1024;
 
-// The dots of a jaxpr and of the jaxprs inside its ops.
-
 // The transposing copy's order. A load [K, N] (rows K, columns N contiguous in memory) goes to
 // a K-major tile (rows N, runs of K): each warp instruction copies 4 words of K x 8 of N (four
 // 32-byte sectors read; the words land in 32 different banks: the swizzle spreads the 8 rows
