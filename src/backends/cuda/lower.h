@@ -114,12 +114,14 @@ class Emitter {
   // A rotated loop's body being emitted (rotation.h): right after the first dot's wgmmas are
   // issued, `between` issues the previous iteration's second dot behind them (ending with a
   // wait for all but that group), and the second dot takes its A operand from `packed_a`, the
-  // packed registers carried from the iteration before.
+  // packed registers carried from the iteration before. `carry_scaled`: the loop scaled the
+  // second dot's carry already (its rule does not).
   struct Rotation {
     const ir::Eqn* first = nullptr;
     const ir::Eqn* second = nullptr;
     std::function<void()> between;
     std::string packed_a;
+    bool carry_scaled = false;
   };
   const Rotation* rotation = nullptr;
   // Inside a pipelined loop's body (pipeline.h): the stage buffers and resident operand tiles

@@ -52,6 +52,10 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     rc = E.fresh("rc");
     bool scalar = Emitter::scalar_like(r.rows->aval);
     E.line(ctype(r.rows->aval.dtype) + " " + rc + (scalar ? "" : "[" + std::to_string(E.slots(*r.rows)) + "]") + ";");
+    // 1 before the first iteration, whose scaling of the carry is then exact and needs no branch
+    std::string one = "cv<" + ctype(r.rows->aval.dtype) + ">(1.0f)";
+    if (scalar) E.line(rc + " = " + one + ";");
+    else E.line("for (int k = 0; k < " + std::to_string(E.slots(*r.rows)) + "; ++k) " + rc + "[k] = " + one + ";");
   }
   auto end_iteration = [&] {  // p and r of this iteration for the next; the plain carries
     pack_a_operand(E, second, pc);
@@ -61,40 +65,56 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     }
     assign_carries();
   };
+  // runs f with r naming the carried r of the iteration before (r(i) is named only later in
+  // the body, if at all yet)
+  auto with_carried_rows = [&](const std::function<void()>& f) {
+    auto saved_rows = r.rows && E.names.count(r.rows->id) ? std::optional<std::string>(E.names.at(r.rows->id)) : std::nullopt;
+    if (r.rows) E.names[r.rows->id] = rc;
+    f();
+    if (saved_rows) E.names[r.rows->id] = *saved_rows;
+    else if (r.rows) E.names.erase(r.rows->id);
+  };
   // the second dot of iteration `it` from the carried p and r and its stage
   auto issue_second = [&](const std::string& it, bool in_flight) {
-    std::string saved_rows = r.rows ? E.names.at(r.rows->id) : std::string();
     auto saved_z = E.smem_operands.find(z.id) != E.smem_operands.end() ? std::optional<std::string>(E.smem_operands.at(z.id)) : std::nullopt;
-    if (r.rows) E.names[r.rows->id] = rc;
     E.smem_operands[z.id] = pipelined_operand_at(p, z, it, lo);
     const ir::Eqn* saved_flight = E.wgmma_in_flight;
     if (in_flight) E.wgmma_in_flight = &second;  // ends by waiting for all groups but its own
     E.absorbed.erase(&second);
-    lowering_rules().get(PrimId::dot)(E, second);
+    with_carried_rows([&] { lowering_rules().get(PrimId::dot)(E, second); });
     E.absorbed.insert(&second);
     E.wgmma_in_flight = saved_flight;
-    if (r.rows) E.names[r.rows->id] = saved_rows;
     if (saved_z) E.smem_operands[z.id] = *saved_z;
     else E.smem_operands.erase(z.id);
   };
-  // the plan text says each dot once (the body is emitted twice, the second dot once more)
-  const std::string text = E.dots_text + "loop rotated: the second dot of each iteration is issued after the first dot of the next\n";
+  // One body for every iteration (emitting the first iteration apart doubled NVRTC's time):
+  // iteration lo has no second dot before it, so it waits for its first dot alone.
   E.line("// rotated loop: iteration i issues its first dot, then iteration i - 1's second dot");
   E.line("if (" + lo + " < " + hi + ") {");
   ++E.depth;
-  E.absorbed.insert(&second);
-  // iteration lo, without its second dot
-  pipeline_iteration(E, p, body, lo, lo, hi);
-  bind_carries();
-  E.emit_eqns(body);
-  end_iteration();
-  E.dots_text = text;
   std::string it = E.fresh("it");
-  E.line("for (" + index_type + " " + it + " = " + lo + " + 1; " + it + " < " + hi + "; ++" + it + ") {");
+  E.line("for (" + index_type + " " + it + " = " + lo + "; " + it + " < " + hi + "; ++" + it + ") {");
   ++E.depth;
   pipeline_iteration(E, p, body, it, lo, hi);
   bind_carries();
-  Emitter::Rotation rot{r.first, &second, [&] { issue_second(it + " - 1", true); }, pc};
+  // acc *= r(i - 1) now, before the first dot is issued: ptxas waits for every wgmma in flight
+  // before an instruction that touches an accumulator between them (its info C7517), and
+  // serialises the wgmmas when the scaling is under a branch (C7515), so it is not: r is 1 in
+  // iteration lo. A loop-invariant r is left to the dot's rule.
+  if (r.rows) with_carried_rows([&] { scale_fragment_carry(E, second); });
+  Emitter::Rotation rot{r.first, &second,
+                        [&] {
+                          E.line("if (" + it + " > " + lo + ") {");  // uniform: the wgmmas stay unserialised
+                          ++E.depth;
+                          issue_second(it + " - 1", true);
+                          --E.depth;
+                          E.line("} else {");
+                          E.line("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+                          E.line("}");
+                        },
+                        pc, /*carry_scaled=*/r.rows != nullptr};
+  E.absorbed.insert(&second);
+  E.dots_text += "loop rotated: the second dot of each iteration is issued after the first dot of the next\n";
   E.rotation = &rot;
   E.emit_eqns(body);
   E.rotation = nullptr;

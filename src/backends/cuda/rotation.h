@@ -6,12 +6,14 @@
 //   acc = acc * r[:, None] + dot(p, z) the second dot, into a fragment carry, A from registers
 //
 // wgmma groups complete in order, so deferring the second dot's wait alone gains nothing: the
-// first dot of iteration i + 1 must be issued before the second dot of iteration i. The
-// rotated loop runs the first half of iteration lo on its own, then, each iteration i:
-//   issue the first dot (i); scale acc by r(i - 1) and issue the second dot (i - 1);
-//   wait for all but the last group (the first dot is done); the rest of iteration i's body
-//   (its softmax runs while the tensor cores do the second dot); wait for all;
-// and ends with the second dot of iteration hi - 1. p (packed as wgmma reads it) and r are
+// first dot of iteration i + 1 must be issued before the second dot of iteration i. Each
+// iteration i of the rotated loop:
+//   issue the first dot (i); unless i = lo, scale acc by r(i - 1) and issue the second dot
+//   (i - 1); wait for all but the last group (the first dot is done); the rest of iteration
+//   i's body (its softmax runs while the tensor cores do the second dot); wait for all;
+// and the loop ends with the second dot of iteration hi - 1. The body is emitted once (the
+// condition i > lo is uniform, so the wgmmas stay unserialised); emitting iteration lo apart
+// doubled NVRTC's time. p (packed as wgmma reads it) and r are
 // carried across the back edge; the second dot's pipelined operand (z: V) is read from the
 // stage of the iteration before, which therefore is refilled one iteration later (one more
 // buffer: pipeline.h). A loop with no iterations runs none of it (`if (lo < hi)`: the bounds

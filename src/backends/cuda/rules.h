@@ -46,6 +46,9 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
 // layout (a scalar when `scalar`).
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const std::string& init, bool scalar);
 void end_fragment_carry(Emitter& E, const FragmentCarry& fc);
+// acc * r[:, None] of the carry a dot accumulates into, when the body scales it (else nothing):
+// the dot's rule does it before its mma; a rotated loop does it at the top of the iteration.
+void scale_fragment_carry(Emitter& E, const ir::Eqn& dot);
 // The Mma layout of a dot's result when it takes the tensor cores (else nullopt).
 std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot);
 // After a wgmma wait: pins the accumulator registers there (no read moves above the wait).

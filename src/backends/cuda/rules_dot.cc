@@ -454,20 +454,8 @@ void dot(Emitter& E, const ir::Eqn& e) {
   const MmaKind* m = mma_kind_of(E, e);
   if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {  // a loop carry's fragments (fori)
     MmaGrid q = mma_grid(E, d, *m);
-    if (auto sc = E.scale_fragments_by_rows.find(&e); sc != E.scale_fragments_by_rows.end()) {
-      // acc * r[:, None]: each thread multiplies its fragments by the r of their rows, held in
-      // its registers when r is in the rows layout of these fragments, else read from shared memory
-      if (E.layout_of(sc->second).rows_match(mma_layout(d, q))) {
-        std::string r = E.name(sc->second);
-        foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + r + "[rk];"); });
-      } else {
-        E.reserve(0, ir::atom_aval(sc->second));
-        std::string xr = E.put_shared(sc->second, 0);
-        E.sync();
-        foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + xr + "[i];"); });
-        E.sync();
-      }
-    }
+    // a rotated loop scales the carry at the top of the iteration, before any wgmma is in flight
+    if (!(E.rotation && E.rotation->second == &e && E.rotation->carry_scaled)) scale_fragment_carry(E, e);
     mma_accumulate(E, e, d, t, *m, q, it->second);
     return;
   }
@@ -496,6 +484,26 @@ void dot(Emitter& E, const ir::Eqn& e) {
 }
 
 }  // namespace
+
+void scale_fragment_carry(Emitter& E, const ir::Eqn& e) {
+  auto it = E.dot_into_fragments.find(&e);
+  auto sc = E.scale_fragments_by_rows.find(&e);
+  if (it == E.dot_into_fragments.end() || sc == E.scale_fragments_by_rows.end()) return;
+  DotShape d = dot_shape(e);
+  MmaGrid q = mma_grid(E, d, *mma_kind_of(E, e));
+  // each thread multiplies its fragments by the r of their rows, held in its registers when r
+  // is in the rows layout of these fragments, else read from shared memory
+  if (E.layout_of(sc->second).rows_match(mma_layout(d, q))) {
+    std::string r = E.name(sc->second);
+    foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + r + "[rk];"); });
+  } else {
+    E.reserve(0, ir::atom_aval(sc->second));
+    std::string xr = E.put_shared(sc->second, 0);
+    E.sync();
+    foreach_fragment(E, d, q, [&] { E.line(it->second + "[k] *= " + xr + "[i];"); });
+    E.sync();
+  }
+}
 
 SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, int64_t kinstr) {
   SwizzledTile t;
