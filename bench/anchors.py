@@ -161,6 +161,23 @@ def jax_pallas_anchors():
     g = jax.jit(pl.pallas_call(add_kernel, out_shape=jax.ShapeDtypeStruct((128,), jnp.float32)))
     ms = jtime(g, t, t, reps=200)
     emit(workload="steady-state tiny call", impl="jax pallas", us=ms * 1e3)
+    del x, y
+    # JAX Pallas' own flash attention for GPUs (ops/gpu/attention.py: the Triton lowering), the
+    # issue's anchor for attention; its inputs are (batch, seq, heads, head_dim)
+    from jax.experimental.pallas.ops.gpu import attention as pallas_attention
+    for B, H, S, D, causal in ((8, 16, 2048, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True)):
+        name = f"bf16 attention B{B} H{H} S{S} D{D}{' causal' if causal else ''}"
+        try:
+            keys = jax.random.split(jax.random.key(0), 3)
+            q, k, v = (jax.random.normal(kk, (B, S, H, D), jnp.bfloat16) for kk in keys)
+            sizes = pallas_attention.BlockSizes(block_q=128, block_k=64)
+            f = jax.jit(lambda q, k, v: pallas_attention.mha(q, k, v, None, sm_scale=1 / math.sqrt(D), causal=causal, block_sizes=sizes,
+                                                             num_warps=4 if D <= 64 else 8, num_stages=2))
+            ms = jtime(f, q, k, v, reps=20)
+            flops = 4 * B * H * S * S * D / (2 if causal else 1)
+            emit(workload=name, impl="jax pallas mha", ms=ms, tflops=flops / ms / 1e9)
+        except Exception as e:  # noqa: BLE001 - an anchor that cannot run says so
+            emit(workload=name, impl="jax pallas mha", error=str(e)[:200])
 
 
 def triton_anchors():
@@ -197,6 +214,37 @@ def triton_anchors():
         ms = torch_time(lambda: softmax[(r,)](a, b, C=c, num_warps=w))
         emit(workload="f32 softmax 16384x4096", impl=f"triton warps{w}", ms=ms, gbps=2 * r * c * 4 / ms / 1e6)
     del a, b
+
+    # A matmul as a Triton user writes it: (BM, BN) tiles over a K loop of tl.dot, f32
+    # accumulation, then the epilogue (bias + relu, or none), at the tiles cuda_bench runs.
+    @triton.jit
+    def matmul(a, b, bias, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, RELU_BIAS: tl.constexpr):
+        rm = tl.program_id(0) * BM + tl.arange(0, BM)
+        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, K, BK):
+            x = tl.load(a + rm[:, None] * K + (k + rk)[None, :])
+            y = tl.load(b + (k + rk)[:, None] * N + rn[None, :])
+            acc = tl.dot(x, y, acc)
+        if RELU_BIAS:
+            acc = tl.maximum(acc + tl.load(bias + rn)[None, :].to(tl.float32), 0.0)
+        tl.store(c + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16))
+
+    for s, bn, relu_bias in ((4096, 128, True), (4096, 256, True), (8192, 128, False), (8192, 256, False)):
+        p = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        q = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        bias = torch.randn(s, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
+        name = f"bf16 relu(x W + b) {s}^3" if relu_bias else f"bf16 matmul {s}^3"
+        try:
+            ms = torch_time(lambda: matmul[(s // 128, s // bn)](p, q, bias, out, s, s, s, BM=128, BN=bn, BK=64, RELU_BIAS=relu_bias,
+                                                                 num_warps=8, num_stages=3), reps=20)
+            emit(workload=name, impl=f"triton 128x{bn}x64 w8 s3", ms=ms, tflops=2 * s**3 / ms / 1e9)
+        except Exception as e:  # noqa: BLE001
+            emit(workload=name, impl=f"triton 128x{bn}x64 w8 s3", error=str(e)[:200])
+        del p, q, bias, out
+
     t = torch.randn(128, device="cuda")
     import time
     for _ in range(10):
