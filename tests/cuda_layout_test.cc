@@ -444,5 +444,86 @@ TEST(CudaLayout, PtxasReportOnRequest) {
   EXPECT_NE(err.find("Used "), std::string::npos) << err;
 }
 
+// The grid pipeline's plan (NAME.grid.txt under PALLAS_DUMP_PASSES, grid_pipeline.h): which
+// input blocks go to shared memory by TMA ahead of the program that reads them.
+std::string grid_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, const std::string& arch = "sm_90a", bool tensor_maps = true) {
+  call.trace(args);
+  pallas::cuda::Lowered L = pallas::cuda::lower(call.state()->get_traced(), arch, tensor_maps);
+  EXPECT_EQ(L.persistent, L.grid_text.find("persistent") != std::string::npos);
+  return L.grid_text;
+}
+
+TEST(CudaLayout, GridPipelinePlans) {
+  using V = pl::Value;
+  // column sums over a sequential axis: every step's 256 x 32 block, two steps ahead
+  auto column_sums = [](int stages) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}); });
+          o[pl::all] += pl::sum(x[pl::all], {0}, true);
+        },
+        pl::ShapeDtype({1, 4096}, pl::f32),
+        {.grid = {128, 64},
+         .in_specs = {pl::BlockSpec({256, 32}, [](V j, V i) { return pl::idx(i, j); })},
+         .out_specs = {pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })},
+         .compiler_params = {.num_warps = 8, .num_stages = stages}});
+  };
+  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}),
+            "grid pipeline: over the sequential axes, 3 stages of 32768 bytes, copies 2 program(s) ahead\n"
+            "  input 0 f32[16384,4096]: one TMA box [256, 32] of the view [16384, 4096], 32768 bytes\n");
+  EXPECT_EQ(grid_of(column_sums(2), {pl::ShapeDtype({16384, 4096}, pl::f32)}),
+            "grid pipeline: over the sequential axes, 2 stages of 32768 bytes, copies 1 program(s) ahead\n"
+            "  input 0 f32[16384,4096]: one TMA box [256, 32] of the view [16384, 4096], 32768 bytes\n");
+  // no tensor maps (AOT kernels, sm_80): nothing
+  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_90a", false), "");
+  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_80"), "");
+  // a norm over 8 rows of 4096 bf16 (64 KiB blocks) on a parallel grid: persistent; the rows,
+  // longer than a box's 256 elements, are viewed as 16 x 256
+  auto norm = [](int64_t rows) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref w, pl::Ref o) {
+          pl::Value v = x[pl::all].astype(pl::f32);
+          o[pl::all] = (v * pl::rsqrt(pl::sum(v * v, {1}, true) / 4096.f) * w[pl::all].astype(pl::f32)).astype(pl::bf16);
+        },
+        pl::ShapeDtype({16384, 4096}, pl::bf16),
+        {.grid = {16384 / rows},
+         .in_specs = {pl::BlockSpec({rows, 4096}, [](V i) { return pl::idx(i, 0); }), pl::BlockSpec({1, 4096}, [](V) { return pl::idx(0, 0); })},
+         .out_specs = {pl::BlockSpec({rows, 4096}, [](V i) { return pl::idx(i, 0); })},
+         .compiler_params = {.num_warps = 8}});
+  };
+  std::vector<pl::ShapeDtype> norm_args{pl::ShapeDtype({16384, 4096}, pl::bf16), pl::ShapeDtype({1, 4096}, pl::bf16)};
+  EXPECT_EQ(grid_of(norm(8), norm_args),
+            "grid pipeline: persistent (each CUDA block runs programs blockIdx.x + i * gridDim.x), 2 stages of 73728 bytes, copies 1 program(s) ahead\n"
+            "  input 0 bf16[16384,4096]: one TMA box [8, 16, 256] of the view [16384, 16, 256], 65536 bytes\n"
+            "  input 1 bf16[1,4096]: one TMA box [1, 16, 256] of the view [1, 16, 256], 8192 bytes\n");
+  // one row a program (8 KiB blocks): many programs fit on an SM at once; not persistent
+  EXPECT_EQ(grid_of(norm(1), norm_args), "");
+  // an input the kernel writes, or reads in a loop, stays in global memory
+  auto touched = [](bool write) {
+    return pl::pallas_call(
+        [write](pl::Ref x, pl::Ref o) {
+          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}); });
+          if (write) x[pl::all] = x[pl::all] * 2.f;
+          pl::Value s = pl::fori_loop(0, 2, pl::Value(pl::zeros({1, 32})), [&](V k, V acc) { return acc + pl::sum(x[pl::all], {0}, true); });
+          o[pl::all] += write ? pl::sum(x[pl::all], {0}, true) : s;
+        },
+        pl::ShapeDtype({1, 4096}, pl::f32),
+        {.grid = {128, 64},
+         .in_specs = {pl::BlockSpec({256, 32}, [](V j, V i) { return pl::idx(i, j); })},
+         .out_specs = {pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })}});
+  };
+  EXPECT_EQ(grid_of(touched(true), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "");
+  EXPECT_EQ(grid_of(touched(false), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "");
+  // rows of 3 f32 (12 bytes) are not whole 16-byte units: no tensor copy
+  auto narrow = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::when(pl::program_id(0) == 0, [&] { o[pl::all] = pl::zeros({1, 3}); });
+        o[pl::all] += pl::sum(x[pl::all], {0}, true);
+      },
+      pl::ShapeDtype({1, 3}, pl::f32),
+      {.grid = {8}, .in_specs = {pl::BlockSpec({16, 3}, [](V i) { return pl::idx(i, 0); })}, .out_specs = {pl::BlockSpec({1, 3}, [](V) { return pl::idx(0, 0); })}});
+  EXPECT_EQ(grid_of(narrow, {pl::ShapeDtype({128, 3}, pl::f32)}), "");
+}
+
 }  // namespace
 #endif

@@ -191,6 +191,8 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     write_file(std::string(passes) + "/" + L.name + ".values.txt", L.values_text);
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.dots_text.empty())
     write_file(std::string(passes) + "/" + L.name + ".dots.txt", L.dots_text);
+  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.grid_text.empty())
+    write_file(std::string(passes) + "/" + L.name + ".grid.txt", L.grid_text);
   const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
   std::string dump_dir = dump_env ? dump_env : call.debug ? cache_dir() + "/dump" : "";
   // The line table (-lineinfo) maps the cubin's instructions to the #line places of the kernel

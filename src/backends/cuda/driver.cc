@@ -39,6 +39,7 @@ DeviceInfo* open_device(const Driver& d, int n, std::string* why) {
     return nullptr;
   }
   d.cuDeviceGetAttribute(&info->max_smem_optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev);
+  d.cuDeviceGetAttribute(&info->multiprocessors, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
   info->arch = "sm_" + std::to_string(major) + std::to_string(minor) + (major == 9 ? "a" : "");
   if (d.cuDevicePrimaryCtxRetain(&info->ctx, dev) != 0) {
     *why = "could not create a CUDA context on device " + std::to_string(n);
@@ -107,6 +108,7 @@ Driver load() {
   optional(d.cuGraphLaunch, "cuGraphLaunch");
   optional(d.cuGraphExecDestroy, "cuGraphExecDestroy");
   optional(d.cuGraphDestroy, "cuGraphDestroy");
+  optional(d.cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   if (!all) {
     d.why = "libcuda lacks a driver API entry point Pallas needs (driver too old?)";
     return d;

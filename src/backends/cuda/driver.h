@@ -45,6 +45,8 @@ struct Driver {
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
   CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
+  // How many CUDA blocks of a kernel fit on a multiprocessor at once (persistent kernels).
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t) = nullptr;
   CUresult (*cuMemsetD32)(CUdeviceptr, unsigned, size_t);
   CUresult (*cuMemsetD16)(CUdeviceptr, unsigned short, size_t);
   CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
@@ -75,6 +77,7 @@ struct DeviceInfo {
   CUcontext ctx = nullptr;
   std::string arch;  // "sm_90a" etc.
   int max_smem_optin = 0;
+  int multiprocessors = 0;
 };
 int device_count();  // 0 without a usable driver
 // Throws a pl::Error for a device that does not exist (naming how many do).

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "src/backends/cuda/grid_pipeline.h"
 #include "src/backends/cuda/rules.h"
 #include "src/backends/cuda/sm90/device_sources.inc"
 #include "src/ir/dependence.h"
@@ -286,21 +287,28 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
 
   // Program ids. The parallel axes, row-major, are the launch grid (blockIdx.x + y); the
   // sequential axes are loops inside the CUDA block, in axis order, so that the programs along
-  // them run in the interpreter's order and each sees the writes of the one before.
+  // them run in the interpreter's order and each sees the writes of the one before. A
+  // persistent kernel (grid_pipeline.h) loops over parallel programs too.
   std::vector<std::string> pid(gm.grid.size());
-  {
-    std::string total = "1ll";
-    for (size_t d = 0; d < G.size(); ++d)
-      if (!gm.sequential(d)) total += " * " + G[d];
-    E.line("const long long blin = blockIdx.x + (long long)blockIdx.y * gridDim.x;");
-    E.line("if (blin >= " + total + ") return;");
-    std::string rest = "blin";
+  for (size_t d = 0; d < gm.grid.size(); ++d) pid[d] = "pid" + std::to_string(d);
+  std::string num_parallel = "1ll", num_sequential = "1ll";
+  for (size_t d = 0; d < G.size(); ++d) (gm.sequential(d) ? num_sequential : num_parallel) += " * " + G[d];
+  // Declares the ids of the program at linear index `lin` over the axes `seq` says (row-major),
+  // as `names`.
+  auto unravel_program = [&](const std::string& lin, bool seq, const std::vector<std::string>& names) {
+    std::string rest = lin;
     for (int d = static_cast<int>(gm.grid.size()) - 1; d >= 0; --d) {
-      pid[d] = "pid" + std::to_string(d);
-      if (gm.sequential(static_cast<size_t>(d))) continue;
-      E.line("const int " + pid[d] + " = (int)(" + rest + " % " + G[d] + ");");
+      if (gm.sequential(static_cast<size_t>(d)) != seq) continue;
+      E.line("const int " + names[d] + " = (int)(" + rest + " % " + G[d] + ");");
       rest = "(" + rest + " / " + G[d] + ")";
     }
+  };
+  std::optional<GridPipeline> gp;
+  if (!gm.any_sequential()) gp = plan_grid_pipeline(call, E.tma, soff);
+  if (!gp || !gp->persistent) {
+    E.line("const long long blin = blockIdx.x + (long long)blockIdx.y * gridDim.x;");
+    E.line("if (blin >= " + num_parallel + ") return;");
+    unravel_program("blin", false, pid);
   }
   // Prefetch refs: whole arrays.
   auto whole_ref = [&](const ir::Var& v, const ShapeDtype& sd, const std::string& ptr) {
@@ -420,6 +428,11 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
       soff = (soff + bytes + 15) & ~size_t{15};
     }
     E.xoff = soff;
+    gp = plan_grid_pipeline(call, E.tma, soff);
+  }
+  if (gp) {
+    E.xoff = gp->end;
+    L.grid_text = gp->text;
   }
   // Copies between a resident output's block in shared memory and its array (elements inside
   // the array only; the others read poison in shared memory, as the interpreter's padding).
@@ -444,8 +457,58 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
     if (resident[o]) copy_resident(o, true);
   if (std::find(resident.begin(), resident.end(), true) != resident.end()) E.sync();
 
+  // The program loop with its blocks pipelined (grid_pipeline.h): one step per program, the
+  // copies of step + stages - 1 issued at the top of each step into the buffer the step before
+  // read (every thread passed the barrier that ends a step).
+  const std::string step = "gstep", S = gp ? std::to_string(gp->stages) : "";
+  auto program_of_step = [&](const std::string& st, const std::vector<std::string>& names) {  // declares its ids; returns whether it exists
+    if (gp->persistent) {
+      std::string bl = E.fresh("bl");
+      E.line("const long long " + bl + " = blockIdx.x + (" + st + ") * (long long)gridDim.x;");
+      E.line("if (" + bl + " < " + num_parallel + ") {");
+      ++E.depth;
+      unravel_program(bl, false, names);
+    } else {
+      E.line("if ((" + st + ") < " + num_sequential + ") {");
+      ++E.depth;
+      unravel_program("(" + st + ")", true, names);
+    }
+  };
+  auto issue_step = [&](const std::string& st) {
+    std::vector<std::string> ids = pid;
+    for (size_t d = 0; d < ids.size(); ++d)
+      if (gp->persistent || gm.sequential(d)) ids[d] = E.fresh("gp");
+    E.line("{");
+    ++E.depth;
+    program_of_step(st, ids);
+    issue_grid_copies(E, *gp, call, ids, "(int)((" + st + ") % " + S + ")");
+    --E.depth;
+    E.line("}");
+    --E.depth;
+    E.line("}");
+  };
+  if (gp) {
+    E.line("// " + gp->text.substr(0, gp->text.find('\n')));
+    E.line("if (threadIdx.x == 0) { for (int s = 0; s < " + S + "; ++s) pallas_dev::mbar_init((u64*)(smem + " + std::to_string(gp->bars) +
+           ") + s, 1); pallas_dev::mbar_fence_init(); }");
+    E.sync();
+    std::string ps = E.fresh("ps");
+    E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(gp->stages - 1) + "; ++" + ps + ")");
+    issue_step(ps);
+    E.line("for (long long " + step + " = 0;; ++" + step + ") {");
+    ++E.depth;
+    if (gp->persistent) {
+      E.line("const long long blin = blockIdx.x + " + step + " * (long long)gridDim.x;");
+      E.line("if (blin >= " + num_parallel + ") break;");
+      unravel_program("blin", false, pid);
+    } else {
+      E.line("if (" + step + " >= " + num_sequential + ") break;");
+      unravel_program(step, true, pid);
+    }
+    issue_step(step + " + " + std::to_string(gp->stages - 1));
+  }
   // The sequential axes: loops inside the CUDA block.
-  for (size_t d = 0; d < gm.grid.size(); ++d)
+  for (size_t d = 0; d < gm.grid.size() && !gp; ++d)
     if (gm.sequential(d)) {
       E.line("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {");
       ++E.depth;
@@ -459,6 +522,20 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
   for (size_t a = 0; a < nin + nout; ++a)
     if (a < nin || !resident[a - nin]) declare_origins(a);
   for (size_t a = 0; a < nin; ++a) block_ref(k.invars[np + a], gm.inputs[a], np + a);
+  if (gp) {  // the pipelined blocks are read from this step's stage, dense and row-major, with the same bounds
+    for (const GridPipelinedInput& in : gp->inputs) {
+      RefInfo& r = E.refs[k.invars[np + in.input].id];
+      r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(gp->base + in.offset) + " + (int)(" + step + " % " + S + ") * " +
+               std::to_string(gp->stage_bytes) + "))";
+      for (int d = static_cast<int>(r.shape.size()) - 1, st = 1; d >= 0; --d) {
+        r.strides[static_cast<size_t>(d)] = st;
+        st *= static_cast<int>(r.shape[static_cast<size_t>(d)]);
+      }
+      r.param = -1;  // not an array's block for the loop pipeliner's tensor copies
+    }
+    E.line("pallas_dev::mbar_wait((u64*)(smem + " + std::to_string(gp->bars) + ") + (int)(" + step + " % " + S + "), (int)((" + step + " / " + S +
+           ") & 1));");
+  }
   for (size_t a = 0; a < nout; ++a)
     if (!resident[a]) block_ref(k.invars[np + nin + a], gm.outputs[a], np + nin + a);
   for (size_t s = 0; s < gm.scratch.size(); ++s) {
@@ -482,7 +559,12 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
   E.grid_sizes = G;
   E.line("// kernel body");
   E.emit_eqns(k);
-  for (size_t d = gm.grid.size(); d-- > 0;)
+  if (gp) {
+    E.sync();  // the next step reads what this one wrote, and refills the stage this one read
+    --E.depth;
+    E.line("}");
+  }
+  for (size_t d = gm.grid.size(); d-- > 0 && !gp;)
     if (gm.sequential(d)) {
       E.sync();  // the next program along the sequential axes reads what this one wrote
       --E.depth;
@@ -497,6 +579,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;
   L.tensor_maps = E.tensor_maps;
+  L.persistent = gp && gp->persistent;
   for (size_t m = 0; m < L.tensor_maps.size(); ++m) params += ", const __grid_constant__ pallas_dev::TensorMap tm" + std::to_string(m);
   std::ostringstream src;
   src << prelude() << (L.tensor_maps.empty() ? "" : kTmaCuh) << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params

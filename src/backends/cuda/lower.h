@@ -55,13 +55,16 @@ struct PrintSite {
 };
 
 // A TMA tensor map the kernel takes as a parameter (tm<i>, after the others): the runner
-// encodes it at each launch over the array parameter p<param> (its pointer), with the
-// 128-byte swizzle and zero fill outside the array.
+// encodes it at each launch over the array parameter p<param> (its pointer), with zero fill
+// outside the array.
 struct TensorMapSpec {
   int param = 0;
   DType dtype = DType::BF16;
-  Shape array_shape;  // row-major, outermost first
-  Shape box;          // per array dim, outermost first; the innermost is 128 bytes
+  Shape array_shape;  // row-major, outermost first (a view of the array: the same bytes)
+  Shape box;          // per array dim, outermost first
+  // The 128-byte swizzle of wgmma operand tiles (the box's innermost dim is then 128 bytes);
+  // else the box lands dense and row-major (grid_pipeline.h).
+  bool swizzle = true;
   bool operator==(const TensorMapSpec&) const = default;
 };
 
@@ -77,6 +80,10 @@ struct Lowered {
   std::string values_text;  // the value-layout pass's decisions (PALLAS_DUMP_PASSES)
   std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
   std::vector<TensorMapSpec> tensor_maps;
+  std::string grid_text;    // the grid pipeline's plan (grid_pipeline.h), if any
+  // Each CUDA block loops over parallel programs (blockIdx.x + i * gridDim.x): launch as many
+  // as fit on the device at once, not one per program.
+  bool persistent = false;
 };
 
 class Emitter {

@@ -114,6 +114,9 @@ struct Bound final : core::BoundState {
   // The launch's dimensions where the grid has no dynamic bounds (`empty`: no programs).
   bool static_grid = false, empty = false;
   unsigned gx = 1, gy = 1;
+  // A persistent kernel (Lowered::persistent) launches at most this many CUDA blocks: as many
+  // as fit on the device at once (0: not persistent).
+  int64_t resident_blocks = 0;
   unsigned threads = 0, smem = 0;
   std::string launching;  // the message of a failed launch
 };
@@ -144,6 +147,14 @@ const Bound& bound(const core::PallasCall& call, const std::string& arch, int de
   b->threads = static_cast<unsigned>(c.lowered.threads);
   b->smem = static_cast<unsigned>(c.lowered.smem_bytes);
   b->static_grid = b->num_dynamic == 0;
+  if (c.lowered.persistent) {
+    const Driver& d = driver();
+    int per_sm = 1;
+    if (d.cuOccupancyMaxActiveBlocksPerMultiprocessor &&
+        d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, b->fn, static_cast<int>(b->threads), b->smem) != CUDA_SUCCESS)
+      per_sm = 1;
+    b->resident_blocks = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * std::max(device_info(device).multiprocessors, 1));
+  }
   if (b->static_grid) {
     int64_t total = 1, all = 1;
     for (size_t a = 0; a < gm.grid.size(); ++a) {
@@ -151,6 +162,7 @@ const Bound& bound(const core::PallasCall& call, const std::string& arch, int de
       if (!gm.sequential(a)) total *= gm.grid[a];
     }
     b->empty = all <= 0;
+    if (b->resident_blocks) total = std::min(total, b->resident_blocks);
     b->gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
     b->gy = b->gx ? static_cast<unsigned>((total + b->gx - 1) / b->gx) : 1;
   }
@@ -229,7 +241,7 @@ void encode_map(void* map, const TensorMapSpec& spec, const void* base, const st
   }
   CUtensorMapDataType dt = item == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : item == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32;
   check(d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(map), dt, static_cast<cuuint32_t>(rank), const_cast<void*>(base), dims, strides, box, es,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, spec.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         what + ": encoding a tensor map");
 }
@@ -487,6 +499,7 @@ struct CudaRunner final : core::BackendRunner {
         if (!gm.sequential(a)) total *= g;
       }
       if (all <= 0) return finish(into, std::move(outs));
+      if (b.resident_blocks) total = std::min(total, b.resident_blocks);
       gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
       gy = static_cast<unsigned>((total + gx - 1) / gx);
     } else if (b.empty) {

@@ -1,0 +1,157 @@
+// Block pipelining over a CUDA block's programs (grid_pipeline.h).
+#include "src/backends/cuda/grid_pipeline.h"
+
+#include <algorithm>
+
+namespace pallas::cuda {
+using ir::PrimId;
+
+namespace {
+
+constexpr int64_t kMaxBox = 256;                 // TMA: elements per box dimension
+constexpr size_t kPersistentBlock = 32 * 1024;   // an input block this large makes the kernel persistent
+constexpr size_t kBudget = 160 * 1024;           // shared memory the stages may take (with what is below them)
+
+// Only top-level loads read the ref (no write, no loop, branch or other op takes it).
+bool only_loaded(const ir::Jaxpr& k, int64_t ref) {
+  for (const ir::Eqn& e : k.eqns)
+    for (size_t i = 0; i < e.in.size(); ++i)
+      if (auto* v = std::get_if<ir::Var>(&e.in[i]); v && v->id == ref && (e.prim->id != PrimId::load || i != 0)) return false;
+  return true;
+}
+
+// The array as a view in which the block is one TMA box; false when there is none.
+bool plan_view(const core::BlockMapping& bm, GridPipelinedInput& in) {
+  const Shape& A = bm.array.shape;
+  size_t item = itemsize(bm.array.dtype);
+  if (A.empty() || (item != 1 && item != 2 && item != 4)) return false;
+  TensorMapSpec& m = in.map;
+  m.dtype = bm.array.dtype;
+  m.swizzle = false;
+  in.split.assign(A.size(), 0);
+  for (size_t d = 0; d < A.size(); ++d) {
+    int64_t b = bm.squeezed[d] ? 1 : bm.block_shape[d];
+    if (b <= kMaxBox) {
+      m.array_shape.push_back(A[d]);
+      m.box.push_back(b);
+      continue;
+    }
+    int64_t f = kMaxBox;
+    while (f > 1 && (b % f || A[d] % f)) --f;
+    if (f < 16 || b / f > kMaxBox) return false;
+    in.split[d] = f;
+    m.array_shape.insert(m.array_shape.end(), {A[d] / f, f});
+    m.box.insert(m.box.end(), {b / f, f});
+  }
+  if (m.array_shape.size() > 5 || bm.squeezed.back()) return false;
+  // rows of whole 16 bytes: the box's and the array's (TMA's global strides)
+  if (m.box.back() * static_cast<int64_t>(item) % 16 || m.array_shape.back() * static_cast<int64_t>(item) % 16) return false;
+  in.bytes = item;
+  for (int64_t b : m.box) in.bytes *= static_cast<size_t>(b);
+  return true;
+}
+
+}  // namespace
+
+std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base) {
+  const core::GridMapping& gm = call.grid;
+  if (!tma || gm.inputs.empty()) return std::nullopt;
+  const ir::Jaxpr& k = *call.kernel;
+  size_t np = gm.prefetch.size();
+  GridPipeline gp;
+  gp.persistent = !gm.any_sequential();
+  bool large = false;
+  for (size_t a = 0; a < gm.inputs.size(); ++a) {
+    const core::BlockMapping& bm = gm.inputs[a];
+    if (call.aliases.count(static_cast<int>(np + a)) || !only_loaded(k, k.invars[np + a].id)) continue;
+    GridPipelinedInput in;
+    in.input = a;
+    in.map.param = static_cast<int>(np + a);
+    if (!plan_view(bm, in)) continue;
+    large = large || in.bytes >= kPersistentBlock;
+    gp.inputs.push_back(in);
+  }
+  // Programs of parallel axes only are pipelined when a block is large (the kernel then holds
+  // few programs an SM) and the kernel keeps no scratch between programs.
+  if (gp.inputs.empty() || (gp.persistent && (!large || !gm.scratch.empty()))) return std::nullopt;
+  for (GridPipelinedInput& in : gp.inputs) {
+    in.offset = gp.stage_bytes;
+    gp.stage_bytes += (in.bytes + 127) & ~size_t{127};
+  }
+  gp.base = (smem_base + 127) & ~size_t{127};
+  int want = std::max(2, call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3);
+  for (gp.stages = want; gp.stages >= 2 && gp.base + gp.stages * gp.stage_bytes + 8 * gp.stages > kBudget; --gp.stages) {
+  }
+  if (gp.stages < 2) return std::nullopt;
+  gp.bars = gp.base + gp.stages * gp.stage_bytes;
+  gp.end = gp.bars + 8 * static_cast<size_t>(gp.stages);
+  gp.text = std::string("grid pipeline: ") + (gp.persistent ? "persistent (each CUDA block runs programs blockIdx.x + i * gridDim.x)" : "over the sequential axes") +
+            ", " + std::to_string(gp.stages) + " stages of " + std::to_string(gp.stage_bytes) + " bytes, copies " + std::to_string(gp.stages - 1) +
+            " program(s) ahead\n";
+  for (const GridPipelinedInput& in : gp.inputs) {
+    std::string view, box;
+    for (size_t i = 0; i < in.map.box.size(); ++i) {
+      view += (i ? ", " : "") + std::to_string(in.map.array_shape[i]);
+      box += (i ? ", " : "") + std::to_string(in.map.box[i]);
+    }
+    gp.text += "  " + gm.inputs[in.input].what + " " + gm.inputs[in.input].array.str() + ": one TMA box [" + box + "] of the view [" + view + "], " +
+               std::to_string(in.bytes) + " bytes\n";
+  }
+  return gp;
+}
+
+void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCall& call, const std::vector<std::string>& pids, const std::string& buf) {
+  const core::GridMapping& gm = call.grid;
+  const ir::Jaxpr& k = *call.kernel;
+  size_t np = gm.prefetch.size();
+  E.line("{");
+  ++E.depth;
+  std::vector<std::vector<std::string>> coords;  // per pipelined input: the view's coordinates, innermost first
+  for (const GridPipelinedInput& in : gp.inputs) {
+    const core::BlockMapping& bm = gm.inputs[in.input];
+    const ir::Jaxpr& im = *bm.index_map;
+    std::vector<std::string> c;
+    for (size_t d = 0; d < bm.array.shape.size(); ++d) c.push_back(E.fresh("gc"));
+    std::string decl;
+    for (const std::string& n : c) decl += (decl.empty() ? "int " : ", ") + n;
+    E.line(decl + ";");
+    E.line("{");
+    ++E.depth;
+    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pids[g];
+    for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q) E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
+    E.emit_eqns(im);
+    for (size_t d = 0; d < c.size(); ++d) E.line(c[d] + " = (int)(" + E.name(im.outvars[d]) + ") * " + std::to_string(bm.block_shape[d]) + ";");
+    --E.depth;
+    E.line("}");
+    std::vector<std::string> view;  // outermost first
+    for (size_t d = 0; d < c.size(); ++d) {
+      if (in.split[d]) {
+        view.push_back(c[d] + " / " + std::to_string(in.split[d]));
+        view.push_back("0");
+      } else {
+        view.push_back(c[d]);
+      }
+    }
+    std::reverse(view.begin(), view.end());
+    coords.push_back(view);
+  }
+  std::string bars = "((u64*)(smem + " + std::to_string(gp.bars) + "))";
+  E.line("if (threadIdx.x == 0) {");
+  ++E.depth;
+  size_t total = 0;
+  for (const GridPipelinedInput& in : gp.inputs) total += in.bytes;
+  E.line("pallas_dev::mbar_expect_tx(" + bars + " + " + buf + ", " + std::to_string(total) + ");");
+  for (size_t i = 0; i < gp.inputs.size(); ++i) {
+    const GridPipelinedInput& in = gp.inputs[i];
+    std::string list;
+    for (const std::string& c : coords[i]) list += (list.empty() ? "" : ", ") + c;
+    E.line("pallas_dev::tma_load<" + std::to_string(coords[i].size()) + ">(smem + " + std::to_string(gp.base + in.offset) + " + (" + buf + ") * " +
+           std::to_string(gp.stage_bytes) + ", &" + E.tensor_map(in.map) + ", " + bars + " + " + buf + ", {" + list + "});");
+  }
+  --E.depth;
+  E.line("}");
+  --E.depth;
+  E.line("}");
+}
+
+}  // namespace pallas::cuda
