@@ -12,15 +12,6 @@ namespace {
 
 using V = pl::Value;
 
-pl::Array small_ints(pl::Shape shape, uint64_t seed, pl::DType t = pl::f32) {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  auto r = uniform(v.size(), seed, -8, 8);
-  for (size_t k = 0; k < v.size(); ++k) v[k] = std::floor(r[k]);
-  return make_array(v, shape, t);
-}
-
 // Column sums of x [R, 64] over a sequential grid axis of row blocks; R = 100 is not a whole
 // number of 32-row blocks, so the last block overhangs the array: its rows past the end read
 // poison and are masked out, on the GPU from the block's copy in shared memory as from global.

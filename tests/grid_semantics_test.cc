@@ -9,15 +9,6 @@ namespace {
 
 using V = pl::Value;
 
-pl::Array small_ints(pl::Shape shape, uint64_t seed, pl::DType t = pl::f32) {
-  int64_t n = 1;
-  for (auto d : shape) n *= d;
-  std::vector<double> v(static_cast<size_t>(n));
-  auto r = uniform(v.size(), seed, -8, 8);
-  for (size_t k = 0; k < v.size(); ++k) v[k] = std::floor(r[k]);
-  return make_array(v, shape, t);
-}
-
 // Row sums of x [64, 96] in blocks of [16, 32]: the output block (16) ignores grid axis 1,
 // so axis 1 is inferred sequential; program (i, 0) initialises, the others accumulate.
 pl::Call row_sums(std::vector<pl::DimensionSemantics> sem = {}) {

@@ -125,6 +125,15 @@ inline pl::Array make_array(const std::vector<double>& v, pl::Shape shape, pl::D
   return pl::Array::from_vector(v, std::move(shape)).astype(t);
 }
 inline std::vector<double> to_doubles(const pl::Array& a) { return a.to_vector<double>(); }
+// Whole numbers in [-8, 8) of dtype t: sums and products of a few stay exact in any order, so
+// kernels that reduce in another order on each backend still agree bit for bit.
+inline pl::Array small_ints(pl::Shape shape, uint64_t seed, pl::DType t = pl::f32) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  auto r = uniform(static_cast<size_t>(n), seed, -8, 8);
+  for (double& x : r) x = std::floor(x);
+  return make_array(r, std::move(shape), t);
+}
 
 template <class T>
 std::vector<T> random_ints(size_t n, uint64_t seed, bool edges = true) {
