@@ -138,5 +138,30 @@ TEST(GridPipeline, PersistentBf16RowBlocks) {
   EXPECT_TRUE(equal(c(x).to_vector<float>(), want));
 }
 
+// A caller's view of device memory that is not 16-byte aligned (a torch tensor sliced at an odd
+// offset) cannot take tensor copies: the call runs the kernel compiled without them, with the
+// same answer.
+TEST(GridPipelineGpuOnly, UnalignedViewRunsWithoutTensorCopies) {
+  if (!pl::cuda_available()) GTEST_SKIP() << "needs a CUDA device";
+  const int64_t R = 8 * 200, C = 1024, br = 8;
+  pl::Array x = small_ints({R, C}, 7);
+  pl::Array mem(pl::Shape{R * C + 1}, pl::f32, pl::Device::cuda(0));
+  pl::Array view = pl::Array::view(static_cast<char*>(mem.raw_data()) + 4, {R, C}, pl::f32, pl::Device::cuda(0));
+  view.copy_from(x);
+  auto c = pl::pallas_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = xr[pl::all] + pl::sum(xr[pl::all], {1}, true); }, pl::ShapeDtype({R, C}, pl::f32),
+                           {.grid = {R / br},
+                            .in_specs = {pl::BlockSpec({br, C}, [](V i) { return pl::idx(i, 0); })},
+                            .out_specs = {pl::BlockSpec({br, C}, [](V i) { return pl::idx(i, 0); })},
+                            .name = "unaligned_rows"});
+  auto xv = x.to_vector<float>();
+  std::vector<float> want(xv.size());
+  for (int64_t r = 0; r < R; ++r) {
+    float s = 0;
+    for (int64_t col = 0; col < C; ++col) s += xv[static_cast<size_t>(r * C + col)];
+    for (int64_t col = 0; col < C; ++col) want[static_cast<size_t>(r * C + col)] = xv[static_cast<size_t>(r * C + col)] + s;
+  }
+  EXPECT_TRUE(equal(c(view).to_vector<float>(), want));
+}
+
 }  // namespace
 }  // namespace pt

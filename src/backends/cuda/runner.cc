@@ -488,9 +488,25 @@ struct CudaRunner final : core::BackendRunner {
       launch_fast(c, fn, ptrs.data(), ptrs[nin], call.what, b.launching);
       return finish(into, std::move(outs));
     }
-    // One CUDA block per program of the parallel axes; the sequential ones loop inside it.
+    // Tensor copies need 16-byte-aligned arrays: a call given another (a caller's view of its
+    // own memory) runs the kernel compiled without them (no TMA, so no grid pipeline and not
+    // persistent), compiled once and cached like any kernel.
+    const Compiled* cp = &c;
+    unsigned smem = b.smem;
+    int64_t resident = b.resident_blocks;
+    for (const TensorMapSpec& s : c.lowered.tensor_maps)
+      if (ptrs[static_cast<size_t>(s.param)] % 16) {
+        std::shared_ptr<const Compiled> plain = compile_call(call, b.arch, /*tensor_maps=*/false);
+        fn = load(plain, call.what, dev).fn;
+        cp = plain.get();  // the compile cache keeps it
+        smem = static_cast<unsigned>(plain->lowered.smem_bytes);
+        resident = 0;
+        break;
+      }
+    // One CUDA block per program of the parallel axes (at most `resident` for a persistent
+    // kernel); the sequential ones loop inside it.
     unsigned gx = b.gx, gy = b.gy;
-    if (!b.static_grid) {
+    if (!b.static_grid || resident != b.resident_blocks) {
       int64_t total = 1, all = 1;
       size_t di = 0;
       for (size_t a = 0; a < gm.grid.size(); ++a) {
@@ -499,7 +515,7 @@ struct CudaRunner final : core::BackendRunner {
         if (!gm.sequential(a)) total *= g;
       }
       if (all <= 0) return finish(into, std::move(outs));
-      if (b.resident_blocks) total = std::min(total, b.resident_blocks);
+      if (resident) total = std::min(total, resident);
       gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
       gy = static_cast<unsigned>((total + gx - 1) / gx);
     } else if (b.empty) {
@@ -531,7 +547,7 @@ struct CudaRunner final : core::BackendRunner {
     struct alignas(64) Map {
       unsigned char bytes[128];
     };
-    const std::vector<TensorMapSpec>& specs = c.lowered.tensor_maps;
+    const std::vector<TensorMapSpec>& specs = cp->lowered.tensor_maps;
     SmallArray<Map, 4> maps(specs.size());
     SmallArray<void*, 24> kp(nin + nout + 3 + nd + specs.size());
     size_t np = 0;
@@ -544,7 +560,7 @@ struct CudaRunner final : core::BackendRunner {
       encode_map(&maps[m], specs[m], reinterpret_cast<const void*>(ptrs[static_cast<size_t>(specs[m].param)]), call.what);
       kp[np++] = &maps[m];
     }
-    if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, b.threads, 1, 1, b.smem, launch_stream(), kp.data(), nullptr))
+    if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, b.threads, 1, 1, smem, launch_stream(), kp.data(), nullptr))
       check(r, b.launching);
     if (plog || b.has_check) {
       auto program_id = [&](int64_t lin) {
