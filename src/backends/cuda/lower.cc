@@ -461,7 +461,8 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
   // copies of step + stages - 1 issued at the top of each step into the buffer the step before
   // read (every thread passed the barrier that ends a step).
   const std::string step = "gstep", S = gp ? std::to_string(gp->stages) : "";
-  auto program_of_step = [&](const std::string& st, const std::vector<std::string>& names) {  // declares its ids; returns whether it exists
+  // Opens `if (step st is a program of this CUDA block) {` (left open) and declares its ids.
+  auto program_of_step = [&](const std::string& st, const std::vector<std::string>& names) {
     if (gp->persistent) {
       std::string bl = E.fresh("bl");
       E.line("const long long " + bl + " = blockIdx.x + (" + st + ") * (long long)gridDim.x;");
