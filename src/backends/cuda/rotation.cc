@@ -87,7 +87,7 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     if (saved_z) E.smem_operands[z.id] = *saved_z;
     else E.smem_operands.erase(z.id);
   };
-  // One body for every iteration (emitting the first iteration apart doubled NVRTC's time):
+  // One body for every iteration (emitting the first iteration apart made first calls up to twice as slow):
   // iteration lo has no second dot before it, so it waits for its first dot alone.
   E.line("// rotated loop: iteration i issues its first dot, then iteration i - 1's second dot");
   E.line("if (" + lo + " < " + hi + ") {");

@@ -13,7 +13,7 @@
 //   i's body (its softmax runs while the tensor cores do the second dot); wait for all;
 // and the loop ends with the second dot of iteration hi - 1. The body is emitted once (the
 // condition i > lo is uniform, so the wgmmas stay unserialised); emitting iteration lo apart
-// doubled NVRTC's time. p (packed as wgmma reads it) and r are
+// made first calls up to twice as slow. p (packed as wgmma reads it) and r are
 // carried across the back edge; the second dot's pipelined operand (z: V) is read from the
 // stage of the iteration before, which therefore is refilled one iteration later (one more
 // buffer: pipeline.h). A loop with no iterations runs none of it (`if (lo < hi)`: the bounds
