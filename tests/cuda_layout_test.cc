@@ -22,9 +22,9 @@ namespace pl = pallas;
 
 namespace {
 
-std::string plan_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, int threads = 128) {
+std::string plan_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, int threads = 128, bool aligned = true) {
   call.trace(args);
-  return pallas::cuda::plan_layout(call.state()->get_traced(), threads).text;
+  return pallas::cuda::plan_layout(call.state()->get_traced(), threads, aligned).text;
 }
 
 pl::BlockSpec rows(int64_t r, int64_t c) { return pl::BlockSpec({r, c}, [](pl::Value i) { return pl::idx(i, 0); }); }
@@ -56,6 +56,21 @@ TEST(CudaLayout, Bf16RowsTakeRunsOfEight) {
             "layout: blocked, runs of 8 element(s) per thread, 128 threads\n"
             "  #0 load input 0 bf16[8,4096]: vector 8 x bf16 (16 B)\n"
             "  #1 store output 0 bf16[8,4096]: vector 8 x bf16 (16 B)\n");
+}
+
+// A call given an array that is not 16-byte aligned (a caller's view) runs a kernel planned
+// without vector accesses to its arrays (the runner picks it by the pointers it is given).
+TEST(CudaLayout, UnalignedArraysTakeElementAccesses) {
+  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; }, pl::ShapeDtype({8, 1024}, pl::f32),
+                              {.grid = {4}, .in_specs = {rows(2, 1024)}, .out_specs = {rows(2, 1024)}});
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({8, 1024}, pl::f32)}, 128, /*aligned=*/false),
+            "layout: blocked, runs of 1 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 f32[2,1024]: scalar (the array is not 16-byte aligned (a caller's view))\n"
+            "  #1 store output 0 f32[2,1024]: scalar (the array is not 16-byte aligned (a caller's view))\n");
+  EXPECT_EQ(plan_of(call, {pl::ShapeDtype({8, 1024}, pl::f32)}),
+            "layout: blocked, runs of 4 element(s) per thread, 128 threads\n"
+            "  #0 load input 0 f32[2,1024]: vector 4 x f32 (16 B)\n"
+            "  #1 store output 0 f32[2,1024]: vector 4 x f32 (16 B)\n");
 }
 
 // A row of 1001 elements: runs of 4 would straddle rows and the array's edge; nothing is
@@ -523,6 +538,22 @@ TEST(CudaLayout, GridPipelinePlans) {
       pl::ShapeDtype({1, 3}, pl::f32),
       {.grid = {8}, .in_specs = {pl::BlockSpec({16, 3}, [](V i) { return pl::idx(i, 0); })}, .out_specs = {pl::BlockSpec({1, 3}, [](V) { return pl::idx(0, 0); })}});
   EXPECT_EQ(grid_of(narrow, {pl::ShapeDtype({128, 3}, pl::f32)}), "");
+  // a kernel whose loop feeds a dot streams its operands through the loop pipeliner; its
+  // top-level block (attention's Q) is not staged (its stages would only take shared memory)
+  auto attention_like = pl::pallas_call(
+      [](pl::Ref q, pl::Ref kv, pl::Ref o) {
+        pl::Value qb = q[pl::all];
+        o[pl::all] = pl::fori_loop(0, 4, pl::Value(pl::zeros({256, 64})), [&](V j, V acc) {
+          pl::Value kb = kv(pl::ds(j * 64, 64), pl::all);
+          return acc + pl::dot(pl::dot(qb, kb, {.trans_b = true}).astype(pl::bf16), kb);
+        });
+      },
+      pl::ShapeDtype({2048, 64}, pl::f32),
+      {.grid = {8},
+       .in_specs = {pl::BlockSpec({256, 64}, [](V i) { return pl::idx(i, 0); }), pl::BlockSpec({256, 64}, [](V) { return pl::idx(0, 0); })},
+       .out_specs = {pl::BlockSpec({256, 64}, [](V i) { return pl::idx(i, 0); })},
+       .compiler_params = {.num_warps = 4}});
+  EXPECT_EQ(grid_of(attention_like, {pl::ShapeDtype({2048, 64}, pl::bf16), pl::ShapeDtype({256, 64}, pl::bf16)}), "");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // scalar-prefetch data, squeezed dimensions and dimensions split for the tensor copy. The
 // interpreter defines the answers; the GPU half of the suite runs the same kernels on the GPU.
 // Inputs hold small integers, so every sum is exact in any order.
+#include "pallas/kernels.h"
 #include "tests/test_util.h"
 
 namespace pt {
@@ -161,6 +162,32 @@ TEST(GridPipelineGpuOnly, UnalignedViewRunsWithoutTensorCopies) {
     for (int64_t col = 0; col < C; ++col) want[static_cast<size_t>(r * C + col)] = xv[static_cast<size_t>(r * C + col)] + s;
   }
   EXPECT_TRUE(equal(c(view).to_vector<float>(), want));
+}
+
+// The same for a tensor-core matmul, whose loads otherwise go by cp.async or TMA straight into
+// the dot's tiles (and, through the library's matmul, by its sm_90a fast path): given a bf16
+// view 2 bytes past an aligned address, it gives the answer it gives aligned arrays.
+TEST(GridPipelineGpuOnly, UnalignedViewOfAMatmulOperand) {
+  if (!pl::cuda_available()) GTEST_SKIP() << "needs a CUDA device";
+  const int64_t M = 256, N = 128, K = 256;
+  pl::Array a = small_ints({M, K}, 3, pl::bf16), b = small_ints({K, N}, 5, pl::bf16);
+  pl::Array mem(pl::Shape{M * K + 1}, pl::bf16, pl::Device::cuda(0));
+  pl::Array view = pl::Array::view(static_cast<char*>(mem.raw_data()) + 2, {M, K}, pl::bf16, pl::Device::cuda(0));
+  view.copy_from(a);
+  auto mm = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref o) {
+        o[pl::all] = pl::fori_loop(0, int(K / 64), pl::Value(pl::zeros({128, 128})), [&](V k, V acc) {
+          return acc + pl::dot(x(pl::all, pl::ds(k * 64, 64)), y(pl::ds(k * 64, 64), pl::all));
+        });
+      },
+      pl::ShapeDtype({M, N}, pl::f32),
+      {.grid = {M / 128},
+       .in_specs = {pl::BlockSpec({128, K}, [](V i) { return pl::idx(i, 0); }), pl::BlockSpec({K, N}, [](V) { return pl::idx(0, 0); })},
+       .out_specs = {pl::BlockSpec({128, N}, [](V i) { return pl::idx(i, 0); })},
+       .name = "unaligned_matmul"});
+  EXPECT_TRUE(equal(mm(view, b).to_vector<float>(), mm(a, b).to_vector<float>()));
+  auto lib = pl::kernels::matmul(M, N, K, pl::bf16, pl::f32, {.block_m = 128, .block_n = 128, .block_k = 64});
+  EXPECT_TRUE(equal(lib(view, b).to_vector<float>(), lib(a, b).to_vector<float>()));
 }
 
 }  // namespace

@@ -133,7 +133,7 @@ std::string identity_key(const core::PallasCall& call) {
   return k;
 }
 
-std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps) {
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
   // Two levels: the call's identity (cheap on every call: the jaxpr objects, kept alive by the
   // entry so their addresses are never reused, and everything else the code depends on), then
   // its structural hash (equal calls traced apart share one kernel).
@@ -144,7 +144,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   static std::mutex mu;
   static std::unordered_map<std::string, ByIdentity> by_identity;
   static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
-  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch + (tensor_maps ? "" : "/no-tma");
+  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch + (tensor_maps ? "" : "/no-tma") + (aligned ? "" : "/unaligned");
   std::string id_key = identity_key(call) + tail;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -169,7 +169,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   c->arch = arch;
   // The sm_90a fast paths first (wgmma/TMA matmul loops and flash attention), then the
   // general lowering.
-  if (arch == "sm_90a" && !std::getenv("PALLAS_NO_FAST_PATHS")) {
+  if (arch == "sm_90a" && aligned && !std::getenv("PALLAS_NO_FAST_PATHS")) {
     if ((c->matmul = sm90::plan_matmul(call))) {
       c->lowered.name = c->matmul->entry;
       c->lowered.source = c->matmul->source;
@@ -182,7 +182,7 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
       c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
     }
   }
-  if (!c->matmul && !c->attention) c->lowered = lower(call, arch, tensor_maps);
+  if (!c->matmul && !c->attention) c->lowered = lower(call, arch, tensor_maps, aligned);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())

@@ -23,9 +23,11 @@ struct Compiled {
   std::optional<sm90::AttentionPlan> attention;
 };
 
-// The lowered, compiled kernel of a call (cached in memory by call hash + arch). tensor_maps:
-// as lower()'s (false for AOT kernels).
-std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true);
+// The lowered, compiled kernel of a call (cached in memory by call hash + arch). tensor_maps and
+// aligned: as lower()'s (tensor_maps false for AOT kernels; aligned false for a call given an
+// array that is not 16-byte aligned, which also keeps it off the sm_90a fast paths).
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true,
+                                             bool aligned = true);
 std::string nvrtc_version();
 // The generated source around the first error of an NVRTC log: at the line the log names in
 // the generated file (cu_name), or, for a kernel source's line (the emitter's #line

@@ -20,6 +20,36 @@ bool only_loaded(const ir::Jaxpr& k, int64_t ref) {
   return true;
 }
 
+// The sub-jaxprs an eqn holds (loop bodies, branches).
+std::vector<const ir::Jaxpr*> sub_jaxprs(const ir::Eqn& e) {
+  std::vector<const ir::Jaxpr*> out;
+  for (const auto& [name, v] : e.params.items) {
+    if (auto* j = std::get_if<ir::JaxprPtr>(&v); j && *j) out.push_back(j->get());
+    if (auto* js = std::get_if<std::vector<ir::JaxprPtr>>(&v))
+      for (const ir::JaxprPtr& j : *js) out.push_back(j.get());
+  }
+  return out;
+}
+
+bool has_dot(const ir::Jaxpr& j) {
+  for (const ir::Eqn& e : j.eqns) {
+    if (e.prim->id == PrimId::dot) return true;
+    for (const ir::Jaxpr* s : sub_jaxprs(e))
+      if (has_dot(*s)) return true;
+  }
+  return false;
+}
+
+// A loop whose body does a dot: the loop pipeliner (pipeline.h) streams its operands.
+bool loop_with_dot(const ir::Jaxpr& j) {
+  for (const ir::Eqn& e : j.eqns) {
+    bool loop = e.prim->id == PrimId::fori_loop || e.prim->id == PrimId::while_loop;
+    for (const ir::Jaxpr* s : sub_jaxprs(e))
+      if (loop ? has_dot(*s) : loop_with_dot(*s)) return true;
+  }
+  return false;
+}
+
 // The array as a view in which the block is one TMA box; false when there is none.
 bool plan_view(const core::BlockMapping& bm, GridPipelinedInput& in) {
   const Shape& A = bm.array.shape;
@@ -57,6 +87,12 @@ std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, boo
   const core::GridMapping& gm = call.grid;
   if (!tma || gm.inputs.empty()) return std::nullopt;
   const ir::Jaxpr& k = *call.kernel;
+  // A kernel that streams its own loop through the loop pipeliner (flash attention's K/V
+  // blocks, a matmul's K loop) hides its latency there; its top-level blocks (attention's Q)
+  // are read once per program, and stages of them would only take the shared memory that
+  // keeps two such CUDA blocks on an SM (measured: attention D128's 3 stages of Q pushed it
+  // past the device's 227 KiB).
+  if (loop_with_dot(k)) return std::nullopt;
   size_t np = gm.prefetch.size();
   GridPipeline gp;
   gp.persistent = !gm.any_sequential();

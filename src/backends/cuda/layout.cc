@@ -28,6 +28,7 @@ struct RefFacts {
   int64_t base = kAligned;
   std::vector<int64_t> stride;
   int64_t last_edge = kAligned;
+  bool unaligned_array = false;  // in global memory, at an address not known 16-byte aligned
 };
 
 RefFacts whole(const std::string& what, const ShapeDtype& sd) {
@@ -150,6 +151,7 @@ struct Pass {
     const ir::Eqn& e = *s.eqn;
     const RefFacts& r = *s.ref;
     auto no = [](const std::string& why) { return LayoutPlan::Access{1, why}; };
+    if (r.unaligned_array) return no("the array is not 16-byte aligned (a caller's view)");
     if (V == 1) return no("vector width 1");
     if (s.value.shape.empty() || s.value.size() == 1) return no("one element");
     if (r.shape.empty()) return no("a rank-0 ref");
@@ -180,7 +182,7 @@ struct Pass {
 
 }  // namespace
 
-LayoutPlan plan_layout(const core::PallasCall& call, int threads) {
+LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned) {
   const core::GridMapping& gm = call.grid;
   const ir::Jaxpr& k = *call.kernel;
   Pass P;
@@ -188,6 +190,8 @@ LayoutPlan plan_layout(const core::PallasCall& call, int threads) {
   for (size_t a = 0; a < np; ++a) P.refs[k.invars[a].id] = whole("prefetch " + std::to_string(a), gm.prefetch[a]);
   for (size_t a = 0; a < nin; ++a) P.refs[k.invars[np + a].id] = block(gm.inputs[a]);
   for (size_t a = 0; a < nout; ++a) P.refs[k.invars[np + nin + a].id] = block(gm.outputs[a]);
+  if (!aligned)
+    for (size_t a = 0; a < np + nin + nout; ++a) P.refs[k.invars[a].id].unaligned_array = true;
   for (size_t s = 0; s < gm.scratch.size(); ++s) P.refs[k.invars[np + nin + nout + s].id] = whole("scratch " + std::to_string(s), gm.scratch[s]);
   P.walk(k);
 

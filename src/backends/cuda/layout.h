@@ -37,6 +37,7 @@ struct LayoutPlan {
   }
 };
 
-LayoutPlan plan_layout(const core::PallasCall& call, int threads);
+// aligned: as lower()'s; false makes every access to an array (not scratch) one element wide.
+LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned = true);
 
 }  // namespace pallas::cuda

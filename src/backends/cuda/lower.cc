@@ -234,7 +234,10 @@ std::string sanitize(const std::string& s) {
 
 }  // namespace
 
-Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor_maps) {
+namespace {
+constexpr size_t kSm90SharedLimit = 232448;  // dynamic shared memory a CUDA block may take on sm_90
+
+Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned, bool grid_pipeline) {
   const core::GridMapping& gm = call.grid;
   int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
   Lowered L;
@@ -244,11 +247,11 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
   E.wgmma = arch == "sm_90a";
-  E.tma = E.wgmma && tensor_maps && !std::getenv("PALLAS_NO_TMA");
+  E.tma = E.wgmma && tensor_maps && aligned && !std::getenv("PALLAS_NO_TMA");
   E.num_stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
   E.checks_enabled = call.debug;
   // The passes before emission: layouts and vector accesses (layout.h).
-  LayoutPlan layout = plan_layout(call, L.threads);
+  LayoutPlan layout = plan_layout(call, L.threads, aligned);
   E.vec = layout.vec;
   E.layout = &layout;
   L.layout_text = layout.text;
@@ -304,7 +307,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
     }
   };
   std::optional<GridPipeline> gp;
-  if (!gm.any_sequential()) gp = plan_grid_pipeline(call, E.tma, soff);
+  if (!gm.any_sequential()) gp = plan_grid_pipeline(call, E.tma && grid_pipeline, soff);
   if (!gp || !gp->persistent) {
     E.line("const long long blin = blockIdx.x + (long long)blockIdx.y * gridDim.x;");
     E.line("if (blin >= " + num_parallel + ") return;");
@@ -428,7 +431,7 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
       soff = (soff + bytes + 15) & ~size_t{15};
     }
     E.xoff = soff;
-    gp = plan_grid_pipeline(call, E.tma, soff);
+    gp = plan_grid_pipeline(call, E.tma && grid_pipeline, soff);
   }
   if (gp) {
     E.xoff = gp->end;
@@ -587,6 +590,18 @@ Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor
       << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
       << E.body.str() << "}\n";
   L.source = src.str();
+  L.grid_pipelined = gp.has_value();
+  return L;
+}
+
+}  // namespace
+
+Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
+  Lowered L = lower_kernel(call, arch, tensor_maps, aligned, /*grid_pipeline=*/true);
+  // The grid pipeline plans its stages before the body takes its own shared memory; a kernel
+  // that then no longer fits is lowered without it (it fitted before the stages were added,
+  // or fails with the same error as without them).
+  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = lower_kernel(call, arch, tensor_maps, aligned, /*grid_pipeline=*/false);
   return L;
 }
 

@@ -81,6 +81,7 @@ struct Lowered {
   std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
   std::vector<TensorMapSpec> tensor_maps;
   std::string grid_text;    // the grid pipeline's plan (grid_pipeline.h), if any
+  bool grid_pipelined = false;
   // Each CUDA block loops over parallel programs (blockIdx.x + i * gridDim.x): launch as many
   // as fit on the device at once, not one per program.
   bool persistent = false;
@@ -225,6 +226,9 @@ ir::RuleTable<LowerRule>& lowering_rules();
 // Whole call -> translation unit for `arch` (e.g. "sm_90a"; "" = any sm_80+ GPU).
 // tensor_maps: the loop pipeliner may copy with TMA (sm_90a), the kernel then takes tensor maps
 // the launcher encodes (not for AOT kernels, whose launch functions pass arrays only).
-Lowered lower(const core::PallasCall& call, const std::string& arch = "", bool tensor_maps = true);
+// aligned: the arrays start at 16-byte boundaries (cudaMalloc's and pl::Array's do; a caller's
+// view may not). Vector accesses, cp.async and TMA rely on it; without it every global access
+// is one element wide and there are no tensor copies.
+Lowered lower(const core::PallasCall& call, const std::string& arch = "", bool tensor_maps = true, bool aligned = true);
 
 }  // namespace pallas::cuda

@@ -484,25 +484,26 @@ struct CudaRunner final : core::BackendRunner {
       }
       if (b.aliased_from[o].empty() && poison) poison_fill(*out, call.what);
     }
-    if (b.fast) {
+    // Vector accesses, cp.async and tensor copies need 16-byte-aligned arrays: a call given
+    // another (a caller's view of its own memory) runs the kernel compiled without them
+    // (lower.h, `aligned`: one element per access, no TMA, not persistent, no fast path),
+    // compiled once and cached like any kernel.
+    bool aligned = true;
+    for (size_t k = 0; k < nin + nout; ++k) aligned = aligned && ptrs[k] % 16 == 0;
+    if (b.fast && aligned) {
       launch_fast(c, fn, ptrs.data(), ptrs[nin], call.what, b.launching);
       return finish(into, std::move(outs));
     }
-    // Tensor copies need 16-byte-aligned arrays: a call given another (a caller's view of its
-    // own memory) runs the kernel compiled without them (no TMA, so no grid pipeline and not
-    // persistent), compiled once and cached like any kernel.
     const Compiled* cp = &c;
     unsigned smem = b.smem;
     int64_t resident = b.resident_blocks;
-    for (const TensorMapSpec& s : c.lowered.tensor_maps)
-      if (ptrs[static_cast<size_t>(s.param)] % 16) {
-        std::shared_ptr<const Compiled> plain = compile_call(call, b.arch, /*tensor_maps=*/false);
-        fn = load(plain, call.what, dev).fn;
-        cp = plain.get();  // the compile cache keeps it
-        smem = static_cast<unsigned>(plain->lowered.smem_bytes);
-        resident = 0;
-        break;
-      }
+    if (!aligned) {
+      std::shared_ptr<const Compiled> plain = compile_call(call, b.arch, /*tensor_maps=*/false, /*aligned=*/false);
+      fn = load(plain, call.what, dev).fn;
+      cp = plain.get();  // the compile cache keeps it
+      smem = static_cast<unsigned>(plain->lowered.smem_bytes);
+      resident = 0;
+    }
     // One CUDA block per program of the parallel axes (at most `resident` for a persistent
     // kernel); the sequential ones loop inside it.
     unsigned gx = b.gx, gy = b.gy;
