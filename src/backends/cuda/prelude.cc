@@ -146,6 +146,11 @@ template <bool MX, class C> __device__ __forceinline__ bool p_arg_wins(C bv, int
   if (bn || an) return bn && (!an || bi < ai);
   return (MX ? bv > av : bv < av) || (bv == av && bi < ai);
 }
+// b comes after every element in (av, ai) (a higher index): it wins only by a strictly better
+// value, or as the first NaN; ai < 0 is the empty accumulator.
+template <bool MX, class C> __device__ __forceinline__ bool p_arg_later(C bv, C av, int ai) {
+  return ai < 0 || (MX ? bv > av : bv < av) || (bv != bv && av == av);
+}
 template <class C> __device__ __forceinline__ C p_min(C a, C b) {
 #if __CUDA_ARCH__ >= 800
   if constexpr (same_v<C, float>) { float m; asm("min.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b)); return m; }

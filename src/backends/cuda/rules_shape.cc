@@ -31,13 +31,21 @@ std::string combine(PrimId id, const std::string& T, const std::string& a, const
 // min / prod; the value and its index for argmax / argmin), their initial values, the update of
 // an accumulator by another (elements, shuffled partners and partials alike: the fold must be
 // associative and commutative, argmax breaking ties by index), an element's components from
-// its value and its column, and the output from the accumulator.
+// its value and its column, and the output from the accumulator. A thread folds its own
+// elements of a row in increasing column order: `merge_later` folds in an element whose column
+// comes after every column already in the accumulator (argmax's ties then never move the
+// index: a cheaper test than the general merge; empty: the general one).
 struct RowFold {
   std::vector<std::string> types, init;
-  std::function<std::string(const std::vector<std::string>& acc, const std::vector<std::string>& other)> merge;  // a statement
+  using Merge = std::function<std::string(const std::vector<std::string>& acc, const std::vector<std::string>& other)>;
+  Merge merge;  // a statement
   std::function<std::vector<std::string>(const std::string& value, const std::string& col)> element;
   std::function<std::string(const std::vector<std::string>& acc)> result;
+  Merge merge_later;
   size_t n() const { return types.size(); }
+  std::string fold_element(const std::vector<std::string>& acc, const std::string& value, const std::string& col) const {
+    return (merge_later ? merge_later : merge)(acc, element(value, col));
+  }
 };
 
 RowFold reduce_fold(PrimId id, DType in_t, DType out_t) {
@@ -56,7 +64,11 @@ RowFold arg_fold(bool mx, DType in_t, DType out_t) {
             return "if (p_arg_wins<" + M + ">(" + b[0] + ", " + b[1] + ", " + a[0] + ", " + a[1] + ")) { " + a[0] + " = " + b[0] + "; " + a[1] + " = " + b[1] + "; }";
           },
           [](const std::string& v, const std::string& col) { return std::vector<std::string>{v, col}; },
-          [O](const std::vector<std::string>& a) { return "(" + O + ")" + a[1]; }};
+          [O](const std::vector<std::string>& a) { return "(" + O + ")" + a[1]; },
+          [M, T](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+            return "{ const " + T + " v_ = " + b[0] + "; const bool w_ = p_arg_later<" + M + ">(v_, " + a[0] + ", " + a[1] + "); " + a[0] + " = w_ ? v_ : " + a[0] +
+                   "; " + a[1] + " = w_ ? (" + b[1] + ") : " + a[1] + "; }";
+          }};
 }
 
 // Reduction over the trailing axes (rows of L elements, R rows) without a serial loop per
@@ -131,7 +143,7 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, con
     E.line("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) {");
     ++E.depth;
     std::string col = "((k / " + Vs + ") % " + LS + ") * " + Ss + " + (int)threadIdx.x * " + Vs + " + k % " + Vs;
-    E.line(F.merge(comps(pa, "(k / " + Vs + ") / " + LS), F.element("ld(" + x + "[k])", col)));
+    E.line(F.fold_element(comps(pa, "(k / " + Vs + ") / " + LS), "ld(" + x + "[k])", col));
     --E.depth;
     E.line("}");
     parts = W;
@@ -155,7 +167,7 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, con
     E.line(set_init(comps(pg, "g")));
     E.line("if (g * " + Ss + " + threadIdx.x * " + Vs + " < " + std::to_string(N) + ")");
     std::string col = "((int)threadIdx.x * " + Vs + " + i) % " + Ls;
-    E.line("  for (int i = 0; i < " + Vs + "; ++i) { " + F.merge(comps(pg, "g"), F.element("ld(" + x + "[g * " + Vs + " + i])", col)) + " }");
+    E.line("  for (int i = 0; i < " + Vs + "; ++i) { " + F.fold_element(comps(pg, "g"), "ld(" + x + "[g * " + Vs + " + i])", col) + " }");
     shfl(comps(pg, "g"), std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
     --E.depth;
     E.line("}");
