@@ -3,7 +3,7 @@
 # GPU half (every kernel on the GPU, poisoned outputs), the CUDA-lowering tests, the
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
-# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop;
+# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop,ncu;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
 # cuda_bench sections, ANCHORS=0 skips the anchors); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
@@ -91,6 +91,23 @@ fi
 if has kernels; then  # the user-written kernels of cuda_bench (the general compiler: no sm_90a fast path) and their anchors
   PALLAS_NO_FAST_PATHS=1 timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
   [ "${ANCHORS:-1}" = 0 ] || timeout 200 python3 bench/anchors.py 2>&1 | tee "$OUT/anchors.txt" | tail -40
+fi
+if has ncu && command -v ncu >/dev/null; then
+  # Nsight Compute on one launch of each kernel NCU names: "section:kernel-regex:launches-to-skip;..."
+  # (the cuda_bench section that runs it, general compiler; attention's 4th row, D128, is
+  # after 3 rows of 14 launches each)
+  IFS=';' read -ra specs <<< "${NCU:-attention:flash_attention:42;memory:row_argmax:0}"
+  for spec in "${specs[@]}"; do
+    IFS=: read -r sec rx skip <<< "$spec"
+    CUDA_BENCH_ONLY=$sec PALLAS_NO_FAST_PATHS=1 timeout 300 ncu -k "regex:$rx" --launch-skip "$skip" --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --metrics "$(for r in long_scoreboard barrier wait math_pipe_throttle mio_throttle short_scoreboard membar sleeping dispatch_stall not_selected selected lg_throttle no_instruction branch_resolving; do
+                   printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' $r; done)smsp__inst_executed.sum" \
+      build-gpu/bench/cuda_bench > "$OUT/ncu-$rx.txt" 2>&1
+    echo "ncu $rx rc=$?"
+    grep -E "pallas_|Duration|Memory Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Issued Warp|No Eligible|stalled|L2 Hit|DRAM Throughput|Executed Ipc" "$OUT/ncu-$rx.txt" | head -40
+  done
 fi
 if has bench; then
   build-gpu/examples/pallas_demo 2>&1 | tee "$OUT/demo.log"
