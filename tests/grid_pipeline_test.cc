@@ -5,8 +5,14 @@
 // scalar-prefetch data, squeezed dimensions and dimensions split for the tensor copy. The
 // interpreter defines the answers; the GPU half of the suite runs the same kernels on the GPU.
 // Inputs hold small integers, so every sum is exact in any order.
+#include <dlfcn.h>
+
 #include "pallas/kernels.h"
 #include "tests/test_util.h"
+#ifdef PALLAS_TEST_HAVE_CUDA
+#include "src/backends/cuda/compile.h"
+#include "src/backends/cuda/sm90/matmul_plan.h"
+#endif
 
 namespace pt {
 namespace {
@@ -189,6 +195,58 @@ TEST(GridPipelineGpuOnly, UnalignedViewOfAMatmulOperand) {
   auto lib = pl::kernels::matmul(M, N, K, pl::bf16, pl::f32, {.block_m = 128, .block_n = 128, .block_k = 64});
   EXPECT_TRUE(equal(lib(view, b).to_vector<float>(), lib(a, b).to_vector<float>()));
 }
+
+#ifdef PALLAS_TEST_HAVE_CUDA
+// Without a GPU, under the stub driver (ctest -R stub.DeviceRouting; it reports an sm_90 device
+// and launches nothing): a call given an unaligned view launches the kernel lowered for
+// unaligned arrays with that kernel's own threads and shared memory — not the shape of the
+// call's aligned kernel, here the sm_90a matmul fast path (on the H100 the unaligned kernel
+// was first launched with the fast path's threads).
+TEST(DevicesStubDriver, UnalignedViewsLaunchTheirOwnKernel) {
+  if (!std::getenv("STUB_CUDA_DEVICES")) GTEST_SKIP() << "runs under the stub driver only (ctest -R stub.DeviceRouting)";
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(h, nullptr);
+  auto last = reinterpret_cast<void (*)(unsigned*, unsigned*)>(dlsym(h, "pallas_stub_last_launch"));
+  ASSERT_NE(last, nullptr);
+  const int64_t M = 256, N = 128, K = 256;
+  // the library's matmul loop (which the fast path takes), on the GPU backend
+  auto lib = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref o) {
+        pl::Value acc = pl::fori_loop(0, K / 64, pl::zeros({128, 128}, pl::f32), [&](V s, V acc) {
+          pl::Value xs = x(pl::all, pl::ds(s * 64, 64));  // separate statements: a fixed trace order
+          pl::Value ys = y(pl::ds(s * 64, 64), pl::all);
+          return acc + pl::dot(xs, ys);
+        });
+        o[pl::all] = acc.astype(pl::f32);
+      },
+      pl::ShapeDtype({M, N}, pl::f32),
+      {.grid = {M / 128, N / 128},
+       .in_specs = {pl::BlockSpec({128, K}, [](V i, V) { return pl::idx(i, 0); }), pl::BlockSpec({K, 128}, [](V, V j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({128, 128}, [](V i, V j) { return pl::idx(i, j); })},
+       .name = "matmul",
+       .backend = pl::Backend::Cuda});
+  pl::Array a = pl::Array::zeros({M, K}, pl::bf16).to(pl::Device::cuda(0)), b = pl::Array::zeros({K, N}, pl::bf16).to(pl::Device::cuda(0));
+  pl::Array mem(pl::Shape{M * K + 8}, pl::bf16, pl::Device::cuda(0));
+  pl::Array view = pl::Array::view(static_cast<char*>(mem.raw_data()) + 2, {M, K}, pl::bf16, pl::Device::cuda(0));
+  unsigned block = 0, smem = 0;
+  lib(a, b);
+  pl::synchronize();
+  last(&block, &smem);
+  auto fast = pallas::cuda::compile_call(lib.state()->get_traced(), "sm_90a");
+  std::string why;
+  ASSERT_TRUE(fast->matmul.has_value()) << "the aligned call takes the fast path: " << (pallas::cuda::sm90::plan_matmul(lib.state()->get_traced(), &why), why);
+  EXPECT_EQ(block, static_cast<unsigned>(fast->lowered.threads));
+  lib(view, b);
+  pl::synchronize();
+  last(&block, &smem);
+  auto plain = pallas::cuda::compile_call(lib.state()->get_traced(), "sm_90a", /*tensor_maps=*/false, /*aligned=*/false);
+  EXPECT_FALSE(plain->matmul.has_value());
+  EXPECT_EQ(block, 128u);
+  EXPECT_EQ(block, static_cast<unsigned>(plain->lowered.threads));
+  EXPECT_EQ(smem, static_cast<unsigned>(plain->lowered.smem_bytes));
+  EXPECT_NE(block, static_cast<unsigned>(fast->lowered.threads));
+}
+#endif
 
 }  // namespace
 }  // namespace pt

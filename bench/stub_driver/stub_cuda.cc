@@ -33,6 +33,7 @@ Object g_graph{4};
 Object g_graph_exec{5};
 
 std::atomic<unsigned long long> g_launches{0};
+std::atomic<unsigned> g_last_block{0}, g_last_smem{0};
 
 struct Event {
   double ms = 0;  // host time at the last record: elapsed times are host intervals
@@ -55,6 +56,12 @@ extern "C" {
 // The launch count, for a measuring program that wants to check the calls reached the driver
 // (looked up with dlsym; not a driver API).
 unsigned long long pallas_stub_launch_count() { return g_launches.load(); }
+// The last launch's threads per CUDA block and dynamic shared memory (a test checks which kernel
+// shape a call launched).
+void pallas_stub_last_launch(unsigned* block_x, unsigned* smem) {
+  *block_x = g_last_block.load();
+  *smem = g_last_smem.load();
+}
 
 CUresult cuInit(unsigned) { return CUDA_SUCCESS; }
 // NVRTC itself looks for the driver (it dlopens libcuda.so.1 and calls these when present);
@@ -121,9 +128,11 @@ CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char*) {
   return CUDA_SUCCESS;
 }
 CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
-CUresult cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**) {
+CUresult cuLaunchKernel(CUfunction f, unsigned, unsigned, unsigned, unsigned bx, unsigned, unsigned, unsigned smem, CUstream, void**, void**) {
   if (!f) return CUDA_ERROR_INVALID_HANDLE;
   g_launches.fetch_add(1, std::memory_order_relaxed);
+  g_last_block.store(bx);
+  g_last_smem.store(smem);
   return CUDA_SUCCESS;
 }
 

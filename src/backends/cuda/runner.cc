@@ -119,15 +119,17 @@ struct Bound final : core::BoundState {
   int64_t resident_blocks = 0;
   unsigned threads = 0, smem = 0;
   std::string launching;  // the message of a failed launch
+  // The kernel for unaligned arrays (unaligned_bound), made on the first call given one.
+  mutable std::mutex unaligned_mu;
+  mutable std::unique_ptr<Bound> unaligned;
 };
 
 // The call's Bound, made (compiled, loaded, laid out) on its first run. Two threads may both
 // make one at first; compile_call and load hand both the same kernel, and the first to
 // install wins.
-const Bound& bound(const core::PallasCall& call, const std::string& arch, int device) {
-  if (const core::BoundState* b = call.bound.get()) return static_cast<const Bound&>(*b);
+std::unique_ptr<Bound> make_bound(const core::PallasCall& call, const std::string& arch, int device, std::shared_ptr<const Compiled> compiled) {
   auto b = std::make_unique<Bound>();
-  b->compiled = compile_call(call, arch);
+  b->compiled = std::move(compiled);
   b->device = device;
   b->arch = arch;
   const Compiled& c = *b->compiled;
@@ -167,7 +169,21 @@ const Bound& bound(const core::PallasCall& call, const std::string& arch, int de
     b->gy = b->gx ? static_cast<unsigned>((total + b->gx - 1) / b->gx) : 1;
   }
   b->launching = call.what + ": launching " + c.lowered.name;
-  return static_cast<const Bound&>(*call.bound.install(std::move(b)));
+  return b;
+}
+
+const Bound& bound(const core::PallasCall& call, const std::string& arch, int device) {
+  if (const core::BoundState* b = call.bound.get()) return static_cast<const Bound&>(*b);
+  return static_cast<const Bound&>(*call.bound.install(make_bound(call, arch, device, compile_call(call, arch))));
+}
+
+// The call's kernel for arrays that are not 16-byte aligned (lower.h, `aligned`), made on the
+// first such run: its own launch dimensions, threads and shared memory (the aligned kernel may
+// be a fast path with its own).
+const Bound& unaligned_bound(const Bound& b, const core::PallasCall& call) {
+  std::lock_guard<std::mutex> g(b.unaligned_mu);
+  if (!b.unaligned) b.unaligned = make_bound(call, b.arch, b.device, compile_call(call, b.arch, /*tensor_maps=*/false, /*aligned=*/false));
+  return *b.unaligned;
 }
 
 // Fills a device array with the interpreter's poison (NaN, bool true, int min, uint max).
@@ -430,7 +446,6 @@ struct CudaRunner final : core::BackendRunner {
     }
     const Bound& b = *bp;
     CUfunction fn = dev == b.device ? b.fn : load(b.compiled, call.what, dev).fn;
-    const Compiled& c = *b.compiled;
     NvtxRange range(b.range);
     const core::GridMapping& gm = call.grid;
     const size_t nd = b.num_dynamic, nin = b.num_inputs, nout = b.num_outputs;
@@ -487,27 +502,20 @@ struct CudaRunner final : core::BackendRunner {
     // Vector accesses, cp.async and tensor copies need 16-byte-aligned arrays: a call given
     // another (a caller's view of its own memory) runs the kernel compiled without them
     // (lower.h, `aligned`: one element per access, no TMA, not persistent, no fast path),
-    // compiled once and cached like any kernel.
+    // compiled once and kept beside the call's kernel.
     bool aligned = true;
     for (size_t k = 0; k < nin + nout; ++k) aligned = aligned && ptrs[k] % 16 == 0;
-    if (b.fast && aligned) {
-      launch_fast(c, fn, ptrs.data(), ptrs[nin], call.what, b.launching);
+    const Bound& u = aligned ? b : unaligned_bound(b, call);
+    if (!aligned) fn = dev == u.device ? u.fn : load(u.compiled, call.what, dev).fn;
+    const Compiled& cu = *u.compiled;
+    if (u.fast) {
+      launch_fast(cu, fn, ptrs.data(), ptrs[nin], call.what, u.launching);
       return finish(into, std::move(outs));
     }
-    const Compiled* cp = &c;
-    unsigned smem = b.smem;
-    int64_t resident = b.resident_blocks;
-    if (!aligned) {
-      std::shared_ptr<const Compiled> plain = compile_call(call, b.arch, /*tensor_maps=*/false, /*aligned=*/false);
-      fn = load(plain, call.what, dev).fn;
-      cp = plain.get();  // the compile cache keeps it
-      smem = static_cast<unsigned>(plain->lowered.smem_bytes);
-      resident = 0;
-    }
-    // One CUDA block per program of the parallel axes (at most `resident` for a persistent
+    // One CUDA block per program of the parallel axes (at most `resident_blocks` for a persistent
     // kernel); the sequential ones loop inside it.
-    unsigned gx = b.gx, gy = b.gy;
-    if (!b.static_grid || resident != b.resident_blocks) {
+    unsigned gx = u.gx, gy = u.gy;
+    if (!u.static_grid) {
       int64_t total = 1, all = 1;
       size_t di = 0;
       for (size_t a = 0; a < gm.grid.size(); ++a) {
@@ -516,15 +524,15 @@ struct CudaRunner final : core::BackendRunner {
         if (!gm.sequential(a)) total *= g;
       }
       if (all <= 0) return finish(into, std::move(outs));
-      if (resident) total = std::min(total, resident);
+      if (u.resident_blocks) total = std::min(total, u.resident_blocks);
       gx = static_cast<unsigned>(std::min<int64_t>(total, INT_MAX));
       gy = static_cast<unsigned>((total + gx - 1) / gx);
-    } else if (b.empty) {
+    } else if (u.empty) {
       return finish(into, std::move(outs));
     }
     Array err;
     CUdeviceptr perr = 0;
-    if (b.has_check) {
+    if (u.has_check) {
       err = Array(Shape{2}, DType::I32, Device::cuda(dev));
       perr = reinterpret_cast<CUdeviceptr>(err.raw_data());
       check(d.cuMemsetD32Async(perr, 0x7fffffff, 2, launch_stream()), call.what + ": check flag");
@@ -533,7 +541,7 @@ struct CudaRunner final : core::BackendRunner {
     Array log;
     CUdeviceptr plog = 0;
     constexpr uint64_t kLogSlots = uint64_t{1} << 21;  // 16 MiB
-    if (b.has_print) {
+    if (u.has_print) {
       log = Array(Shape{static_cast<int64_t>(kLogSlots + 2)}, DType::U64, Device::cuda(dev));
       plog = reinterpret_cast<CUdeviceptr>(log.raw_data());
       uint64_t head[2] = {0, kLogSlots};
@@ -548,7 +556,7 @@ struct CudaRunner final : core::BackendRunner {
     struct alignas(64) Map {
       unsigned char bytes[128];
     };
-    const std::vector<TensorMapSpec>& specs = cp->lowered.tensor_maps;
+    const std::vector<TensorMapSpec>& specs = cu.lowered.tensor_maps;
     SmallArray<Map, 4> maps(specs.size());
     SmallArray<void*, 24> kp(nin + nout + 3 + nd + specs.size());
     size_t np = 0;
@@ -561,9 +569,9 @@ struct CudaRunner final : core::BackendRunner {
       encode_map(&maps[m], specs[m], reinterpret_cast<const void*>(ptrs[static_cast<size_t>(specs[m].param)]), call.what);
       kp[np++] = &maps[m];
     }
-    if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, b.threads, 1, 1, smem, launch_stream(), kp.data(), nullptr))
-      check(r, b.launching);
-    if (plog || b.has_check) {
+    if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, u.threads, 1, 1, u.smem, launch_stream(), kp.data(), nullptr))
+      check(r, u.launching);
+    if (plog || u.has_check) {
       auto program_id = [&](int64_t lin) {
         std::vector<int64_t> pid(gm.grid.size());
         for (size_t a = pid.size(), dk = nd; a-- > 0;) {
@@ -573,11 +581,11 @@ struct CudaRunner final : core::BackendRunner {
         }
         return pid;
       };
-      if (plog) print_log(c.lowered.print_sites, plog, kLogSlots, program_id, call.what);
-      if (b.has_check) {
+      if (plog) print_log(cu.lowered.print_sites, plog, kLogSlots, program_id, call.what);
+      if (u.has_check) {
         auto e = err.to_host().to_vector<int32_t>();
         if (e[0] != 0x7fffffff) {
-          std::string m = e[1] >= 0 && e[1] < static_cast<int>(c.lowered.check_messages.size()) ? c.lowered.check_messages[static_cast<size_t>(e[1])] : "";
+          std::string m = e[1] >= 0 && e[1] < static_cast<int>(cu.lowered.check_messages.size()) ? cu.lowered.check_messages[static_cast<size_t>(e[1])] : "";
           throw Error(call.what + ": a check failed in program " + core::program_id_text(program_id(e[0])) + ": " + m);
         }
       }
