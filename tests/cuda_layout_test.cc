@@ -361,6 +361,23 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
             "  fori_loop:\n"
             "    mul f32[64,64]: " + mma + "\n"
             "    add f32[64,64]: " + mma + "\n");
+  // an epilogue's bias row and per-row scale (loaded, blocked) broadcast straight into the
+  // fragments: the [64, 64] tile is never converted
+  auto epilogue = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref scale, pl::Ref o) {
+        pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+        o[pl::all] = pl::maximum(s + bias[pl::all].astype(pl::f32), 0.f) * scale[pl::all];
+      },
+      pl::ShapeDtype({M, N}, pl::f32));
+  epilogue.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, N}, pl::bf16), pl::ShapeDtype({1, N}, pl::bf16), pl::ShapeDtype({M, 1}, pl::f32)});
+  EXPECT_EQ(pallas::cuda::lower(epilogue.state()->get_traced(), "sm_90a").values_text,
+            "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
+            "  dot f32[64,64]: " + mma + "\n"
+            "  broadcast_in_dim f32[64,64]: " + mma + "\n"
+            "  add f32[64,64]: " + mma + "\n"
+            "  max f32[64,64]: " + mma + "\n"
+            "  broadcast_in_dim f32[64,64]: " + mma + "\n"
+            "  mul f32[64,64]: " + mma + "\n");
 }
 
 // Every eqn's code in the generated .cu starts with the eqn as the jaxpr printer writes it

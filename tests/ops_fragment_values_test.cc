@@ -103,6 +103,37 @@ TEST(FragmentValues, CausalMaskRowAndColumnStatisticsAndBlockedOperands) {
   }
 }
 
+// An epilogue's vectors broadcast over the fragments (gathered from shared memory into the
+// fragments' layout, not the tile converted): a bf16 bias row [1, N], a per-row scale [M, 1]
+// loaded from a ref (not a row statistic), and a 1-D row [N], with N = 48 leaving part of the
+// last mma.sync tile empty.
+TEST(FragmentValues, EpilogueVectorsBroadcastOverRowsAndColumns) {
+  for (int64_t M : {64, 128, 32}) {
+    for (int64_t N : {64, 48}) {
+      SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N));
+      const int64_t K = 32;
+      auto av = with_edges(uniform(M * K, 61, -1, 1), pl::bf16, false), bv = with_edges(uniform(K * N, 62, -1, 1), pl::bf16, false);
+      auto biasv = with_edges(uniform(N, 63, -1, 1), pl::bf16, false), scalev = uniform(M, 64, 0.5, 2), shiftv = uniform(N, 65, -1, 1);
+      auto call = pl::pallas_call(
+          [=](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref scale, pl::Ref shift, pl::Ref o) {
+            pl::Value s = pl::dot(a[pl::all], b[pl::all]);
+            o[pl::all] = pl::maximum(s + bias[pl::all].astype(pl::f32), 0.f) * scale[pl::all] + shift[pl::all];
+          },
+          pl::ShapeDtype({M, N}, pl::f32), {.name = "epilogue_vectors"});
+      pl::Array out = call(make_array(av, {M, K}, pl::bf16), make_array(bv, {K, N}, pl::bf16), make_array(biasv, {1, N}, pl::bf16),
+                           make_array(scalev, {M, 1}, pl::f32), make_array(shiftv, {N}, pl::f32));
+      std::vector<double> want(static_cast<size_t>(M * N));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double acc = 0;
+          for (int64_t p = 0; p < K; ++p) acc += av[i * K + p] * bv[p * N + j];
+          want[i * N + j] = std::max(acc + biasv[j], 0.0) * scalev[i] + shiftv[j];
+        }
+      EXPECT_TRUE(close(to_doubles(out), want, 1e-5, false));
+    }
+  }
+}
+
 // i8 dots accumulate exactly in i32: row maxima, minima and sums of the fragments (integer
 // shuffles), and a row statistic broadcast back over the columns.
 TEST(FragmentValues, IntegerDotRowStatisticsAreExact) {

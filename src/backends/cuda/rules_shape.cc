@@ -440,6 +440,18 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
     return;
   }
   auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
+  auto st = row_major_strides(in.shape);
+  if (E.layout_of(o).kind == ValueLayout::Mma) {  // a vector over a tile's rows or columns, into fragments (i, j)
+    E.declare(o);
+    E.reserve(0, in);
+    std::string xs = E.put_shared(e.in[0], 0), src = "0";
+    E.sync();
+    for (size_t j = 0; j < in.shape.size(); ++j)
+      if (in.shape[j] != 1) src += std::string(" + ") + (bd[j] == 0 ? "i" : "j") + " * " + std::to_string(st[j]);
+    E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src + "];"); });
+    E.sync();
+    return;
+  }
   const Shape& O = o.aval.shape;
   std::vector<bool> varies(O.size(), false);  // output dims the input varies along
   for (size_t j = 0; j < in.shape.size(); ++j)
@@ -475,7 +487,6 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
       return;
     }
   }
-  auto st = row_major_strides(in.shape);
   gather(E, e, [&](const std::vector<std::string>& oi) {
     std::string s = "0";
     for (size_t j = 0; j < in.shape.size(); ++j)

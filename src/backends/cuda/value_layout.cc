@@ -3,7 +3,8 @@
 // on the tensor cores anchors the Mma layout of its result, and the layout flows forward
 // through elementwise ops, row reductions (to Rows), reshapes between [M] and [M, 1], and
 // fori_loop carries (to a fixed point). Values that any layout computes as cheaply — iota,
-// broadcasts of scalars and of Rows values, elementwise ops of those — take the layout all
+// broadcasts of scalars, of Rows values and of vectors over a 2-D tile's rows or columns
+// (gathered from shared memory in any layout), elementwise ops of those — take the layout all
 // their users take them in ("flexible"), so a causal mask or a row statistic broadcast over
 // the columns costs no conversion. Every other op takes blocked operands; emit_eqns converts
 // where a value's layout and its user's differ.
@@ -101,7 +102,14 @@ struct Assign {
             break;
           }
           ValueLayout L = of(e.in[0]);
-          if (L.kind != ValueLayout::Rows) break;
+          if (L.kind != ValueLayout::Rows) {
+            // a vector over the rows or columns of a tile (an epilogue's bias): gathered from
+            // shared memory into whatever layout its users take (fragments: no conversion of
+            // the [M, N] tile)
+            const Shape& O = o.aval.shape;
+            if (O.size() == 2 && O[0] > 1 && O[1] > 1) flex[o.id] = std::nullopt;
+            break;
+          }
           auto bd = e.params.get<std::vector<int64_t>>("broadcast_dimensions");
           if (bd.empty() || bd[0] != 0) break;
           if (per_row_shape(o.aval.shape, L.M)) set(o, L);                              // [M] -> [M, 1]
