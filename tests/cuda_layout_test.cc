@@ -476,6 +476,38 @@ TEST(CudaLayout, PtxasReportOnRequest) {
   EXPECT_NE(err.find("Used "), std::string::npos) << err;
 }
 
+// Bounds checks only where a block can leave its array: the index map's range over the grid
+// (adds, multiplies, min/max of program ids and constants) decides per dimension. Blocks of
+// 256 tiling 1024 elements, walked forwards or backwards, need none; 1000 elements keep the
+// upper bound (the last block overhangs); `i + 1` keeps it too but never goes below 0; `i - 1`
+// keeps the lower bound only.
+TEST(CudaLayout, BoundsChecksOnlyWhereABlockCanLeaveItsArray) {
+  auto kernel = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] + 1.f; };
+  auto source = [&](int64_t n, std::function<pl::Value(pl::Value)> map) {
+    auto spec = pl::BlockSpec({256}, [map](pl::Value i) { return pl::idx(map(i)); });
+    auto c = pl::pallas_call(kernel, pl::ShapeDtype({1024}, pl::f32), {.grid = {4}, .in_specs = {spec}, .out_specs = {pl::BlockSpec({256}, [](pl::Value i) { return pl::idx(i); })}});
+    c.trace({pl::ShapeDtype({n}, pl::f32)});
+    std::string src = pallas::cuda::lower(c.state()->get_traced(), "sm_90a").source;
+    return src.substr(src.find("// kernel body"));
+  };
+  auto has = [](const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; };
+  std::string in = source(1024, [](pl::Value i) { return i; });
+  EXPECT_FALSE(has(in, "1024ll - org")) << in;
+  EXPECT_FALSE(has(in, ">= (-org")) << in;
+  std::string backwards = source(1024, [](pl::Value i) { return 3 - i; });
+  EXPECT_FALSE(has(backwards, "1024ll - org0")) << backwards;
+  EXPECT_FALSE(has(backwards, ">= (-org0")) << backwards;
+  std::string edge = source(1000, [](pl::Value i) { return i; });
+  EXPECT_TRUE(has(edge, "< (1000ll - org0_0)")) << edge;
+  EXPECT_FALSE(has(edge, ">= (-org0")) << edge;
+  std::string ahead = source(1024, [](pl::Value i) { return i + 1; });
+  EXPECT_TRUE(has(ahead, "< (1024ll - org0_0)")) << ahead;
+  EXPECT_FALSE(has(ahead, ">= (-org0")) << ahead;
+  std::string behind = source(1024, [](pl::Value i) { return i - 1; });
+  EXPECT_FALSE(has(behind, "1024ll - org0")) << behind;
+  EXPECT_TRUE(has(behind, ">= (-org0_0)")) << behind;
+}
+
 // The grid pipeline's plan (NAME.grid.txt under PALLAS_DUMP_PASSES, grid_pipeline.h): which
 // input blocks go to shared memory by TMA ahead of the program that reads them.
 std::string grid_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, const std::string& arch = "sm_90a", bool tensor_maps = true) {

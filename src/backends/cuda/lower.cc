@@ -232,6 +232,53 @@ std::string sanitize(const std::string& s) {
   return r.substr(0, 40);
 }
 
+// The range [lo, hi] of each block index an index map returns over a static grid (program id
+// g in [0, grid[g] - 1]), where the map is adds, subtracts, multiplies, min and max of program
+// ids and constants (what `idx(i, 0)`, `idx(2 * i + 1)` or `idx(n - 1 - i)` trace to); nullopt
+// where it is anything else (scalar-prefetch data, a dynamic extent). A block whose indices
+// stay where the block lies wholly inside the array needs no bounds checks there.
+using Range = std::optional<std::pair<int64_t, int64_t>>;
+std::vector<Range> block_index_ranges(const ir::Jaxpr& im, const std::vector<int64_t>& grid) {
+  constexpr int64_t kBig = int64_t{1} << 40;  // past this, give up (no overflow below)
+  std::unordered_map<int64_t, Range> r;
+  for (size_t g = 0; g < im.invars.size() && g < grid.size(); ++g)
+    if (grid[g] > 0) r[im.invars[g].id] = std::make_pair(int64_t{0}, grid[g] - 1);
+  auto of = [&](const ir::Atom& a) -> Range {
+    if (auto* l = std::get_if<ir::Literal>(&a)) return is_float(l->dtype) ? Range{} : Range{std::make_pair(l->i, l->i)};
+    auto it = r.find(std::get<ir::Var>(a).id);
+    return it == r.end() ? Range{} : it->second;
+  };
+  for (const ir::Eqn& e : im.eqns) {
+    if (e.out.size() != 1 || !is_integer(e.out[0].aval.dtype) || e.out[0].aval.ndim() != 0) continue;
+    std::vector<Range> in;
+    for (const ir::Atom& a : e.in) in.push_back(of(a));
+    bool known = !in.empty() && std::all_of(in.begin(), in.end(), [&](const Range& x) { return x && x->first > -kBig && x->second < kBig; });
+    if (!known) continue;
+    Range out;
+    auto [a0, a1] = *in[0];
+    switch (e.prim->id) {
+      case ir::PrimId::convert_element_type: out = in[0]; break;
+      case ir::PrimId::neg: out = std::make_pair(-a1, -a0); break;
+      case ir::PrimId::add: out = std::make_pair(a0 + in[1]->first, a1 + in[1]->second); break;
+      case ir::PrimId::sub: out = std::make_pair(a0 - in[1]->second, a1 - in[1]->first); break;
+      case ir::PrimId::max: out = std::make_pair(std::max(a0, in[1]->first), std::max(a1, in[1]->second)); break;
+      case ir::PrimId::min: out = std::make_pair(std::min(a0, in[1]->first), std::min(a1, in[1]->second)); break;
+      case ir::PrimId::mul: {
+        auto [b0, b1] = *in[1];
+        if (std::max({std::abs(a0), std::abs(a1)}) > (int64_t{1} << 20) || std::max({std::abs(b0), std::abs(b1)}) > (int64_t{1} << 20)) break;
+        int64_t p[4] = {a0 * b0, a0 * b1, a1 * b0, a1 * b1};
+        out = std::make_pair(*std::min_element(p, p + 4), *std::max_element(p, p + 4));
+        break;
+      }
+      default: break;
+    }
+    if (out) r[e.out[0].id] = out;
+  }
+  std::vector<Range> res;
+  for (const ir::Atom& o : im.outvars) res.push_back(of(o));
+  return res;
+}
+
 }  // namespace
 
 namespace {
@@ -357,6 +404,7 @@ Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool
     RefInfo r;
     r.dtype = bm.array.dtype;
     r.base = "(((" + ctype(r.dtype) + "*)p" + std::to_string(a) + ") + " + off + ")";
+    std::vector<Range> ranges = block_index_ranges(im, gm.grid);
     if (a >= np && a < np + nin) {
       r.param = static_cast<int>(a);
       r.array_shape = as;
@@ -374,8 +422,10 @@ Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool
       r.shape.push_back(bm.block_shape[d]);
       r.strides.push_back(st[d]);
       if (r.param >= 0) r.array_dim.push_back(static_cast<int>(d));
-      r.lim.push_back("(" + std::to_string(as[d]) + "ll - " + org + ")");
-      r.low.push_back("(-" + org + ")");
+      // no bound where every block the index map can return lies inside the array there
+      bool above = ranges[d] && (ranges[d]->second + 1) * bm.block_shape[d] <= as[d], below = ranges[d] && ranges[d]->first >= 0;
+      r.lim.push_back(above ? "" : "(" + std::to_string(as[d]) + "ll - " + org + ")");
+      r.low.push_back(below ? "" : "(-" + org + ")");
     }
     if (a >= np + nin) {  // an output: may programs on parallel axes share its blocks?
       size_t rank_g = gm.grid.size();
@@ -448,7 +498,8 @@ Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool
     auto c = E.unravel("e", r.shape);
     std::string cond = g.valid.empty() ? "true" : g.valid, off = "0ll";
     for (size_t d = 0; d < r.shape.size(); ++d) {
-      cond += " && " + c[d] + " < " + g.lim[d] + " && " + c[d] + " >= " + g.low[d];
+      if (!g.lim[d].empty()) cond += " && " + c[d] + " < " + g.lim[d];
+      if (!g.low[d].empty()) cond += " && " + c[d] + " >= " + g.low[d];
       off += " + (long long)" + c[d] + " * " + std::to_string(g.strides[d]) + "ll";
     }
     if (in) E.line(r.base + "[e] = (" + cond + ") ? " + g.base + "[" + off + "] : poison<" + ctype(r.dtype) + ">();");
