@@ -17,6 +17,8 @@
 #include <pallas/pallas.h>
 #include <pallas/stream.h>
 
+#include "bench/user_kernels.h"
+
 
 namespace pl = pallas;
 
@@ -174,11 +176,8 @@ int main() {
     if (!section("memory")) break;
     row([&] {
       int64_t n = int64_t{1} << 28;
-      auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
       int warps = bs >= 4096 ? 8 : 4;
-      auto k = pl::pallas_call([](pl::Ref x, pl::Ref y, pl::Ref o) { o[pl::all] = x[pl::all] + y[pl::all]; }, pl::ShapeDtype({n}, pl::f32),
-                               {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "add",
-                                .compiler_params = {.num_warps = warps}});
+      auto k = bench::add(n, bs, warps);
       auto x = pl::random::normal({n}, pl::f32, 1).to(pl::Device::cuda(0));
       auto y = pl::random::normal({n}, pl::f32, 2).to(pl::Device::cuda(0));
       pl::Array out;
@@ -193,15 +192,7 @@ int main() {
   if (section("memory")) row([&] {  // f32 softmax 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
     for (int warps : {4, 8, 16}) {
-      auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
-      auto k = pl::pallas_call(
-          [](pl::Ref x, pl::Ref o) {
-            pl::Value v = x[pl::all];
-            pl::Value e = pl::exp(v - pl::max(v, {1}, true));
-            o[pl::all] = e / pl::sum(e, {1}, true);
-          },
-          pl::ShapeDtype({R, C}, pl::f32),
-          {.grid = {R}, .in_specs = {spec}, .out_specs = {spec}, .name = "softmax", .compiler_params = {.num_warps = warps}});
+      auto k = bench::softmax(R, C, warps);
       auto x = pl::random::normal({R, C}, pl::f32, 3).to(pl::Device::cuda(0));
       pl::Array out;
       double ms = median_ms([&] { out = k(x); }, 20);
@@ -221,16 +212,7 @@ int main() {
     if (!section("memory")) break;
     row([&] {
       int64_t R = 16384, C = 4096;
-      auto spec = pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); });
-      auto k = pl::pallas_call(
-          [C](pl::Ref x, pl::Ref w, pl::Ref o) {
-            pl::Value v = x[pl::all].astype(pl::f32);
-            pl::Value inv = pl::rsqrt(pl::sum(v * v, {1}, true) / static_cast<float>(C) + 1e-6f);
-            o[pl::all] = (v * inv * w[pl::all].astype(pl::f32)).astype(pl::bf16);
-          },
-          pl::ShapeDtype({R, C}, pl::bf16),
-          {.grid = {R / rows}, .in_specs = {spec, pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(0, 0); })}, .out_specs = {spec},
-           .name = "rms_norm", .compiler_params = {.num_warps = 8}});
+      auto k = bench::rms_norm(R, C, rows);
       auto x = pl::random::normal({R, C}, pl::bf16, 7).to(pl::Device::cuda(0));
       auto w = pl::random::normal({1, C}, pl::bf16, 8).to(pl::Device::cuda(0));
       pl::Array out;
@@ -248,10 +230,7 @@ int main() {
   }
   if (section("memory")) row([&] {  // f32 row argmax 16384 x 4096, 8 rows per program (a row reduction with an index)
     int64_t R = 16384, C = 4096, rows = 8;
-    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::argmax(x[pl::all], 1); }, pl::ShapeDtype({R}, pl::i32),
-                             {.grid = {R / rows}, .in_specs = {pl::BlockSpec({rows, C}, [](pl::Value i) { return pl::idx(i, 0); })},
-                              .out_specs = {pl::BlockSpec({rows}, [](pl::Value i) { return pl::idx(i); })}, .name = "row_argmax",
-                              .compiler_params = {.num_warps = 8}});
+    auto k = bench::row_argmax(R, C, rows);
     auto x = pl::random::normal({R, C}, pl::f32, 9).to(pl::Device::cuda(0));
     pl::Array out;
     double ms = median_ms([&] { out = k(x); }, 20);
@@ -265,15 +244,7 @@ int main() {
   if (section("memory")) row([&] {  // f32 column sums of 16384 x 4096: a reduction over a sequential grid axis into one block
     // 32 columns a program: 128 programs walk the rows (a wider block leaves most SMs idle)
     int64_t R = 16384, C = 4096, rows = 256, cols = 32;
-    auto k = pl::pallas_call(
-        [](pl::Ref x, pl::Ref o) {
-          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}, pl::f32); });
-          o[pl::all] += pl::sum(x[pl::all], {0}, true);
-        },
-        pl::ShapeDtype({1, C}, pl::f32),
-        {.grid = {C / cols, R / rows}, .in_specs = {pl::BlockSpec({rows, cols}, [](pl::Value j, pl::Value i) { return pl::idx(i, j); })},
-         .out_specs = {pl::BlockSpec({1, cols}, [](pl::Value j, pl::Value) { return pl::idx(0, j); })}, .name = "column_sum",
-         .compiler_params = {.num_warps = 8}});  // axis 1 revisits the output block: sequential (inferred)
+    auto k = bench::column_sum(R, C, rows, cols);
     auto x = pl::random::normal({R, C}, pl::f32, 10).to(pl::Device::cuda(0));
     pl::Array out;
     double ms = median_ms([&] { out = k(x); }, 20);
@@ -289,15 +260,7 @@ int main() {
   });
   if (section("memory")) row([&] {  // f32 layer norm 16384 x 4096, one row per program
     int64_t R = 16384, C = 4096;
-    auto spec = pl::BlockSpec({1, C}, [](pl::Value i) { return pl::idx(i, 0); });
-    auto k = pl::pallas_call(
-        [C](pl::Ref x, pl::Ref o) {
-          pl::Value v = x[pl::all];
-          pl::Value mu = pl::sum(v, {1}, true) / static_cast<float>(C);
-          pl::Value d = v - mu;
-          o[pl::all] = d * pl::rsqrt(pl::sum(d * d, {1}, true) / static_cast<float>(C) + 1e-5f);
-        },
-        pl::ShapeDtype({R, C}, pl::f32), {.grid = {R}, .in_specs = {spec}, .out_specs = {spec}, .name = "layer_norm", .compiler_params = {.num_warps = 8}});
+    auto k = bench::layer_norm(R, C);
     auto x = pl::random::normal({R, C}, pl::f32, 9).to(pl::Device::cuda(0));
     pl::Array out;
     double ms = median_ms([&] { out = k(x); }, 20);
@@ -305,117 +268,70 @@ int main() {
   });
   if (section("memory")) row([&] {  // f32 gelu(x) * y over 2^26 elements (tanh form)
     int64_t n = int64_t{1} << 26, bs = 4096;
-    auto spec = pl::BlockSpec({bs}, [](pl::Value i) { return pl::idx(i); });
-    auto k = pl::pallas_call(
-        [](pl::Ref x, pl::Ref y, pl::Ref o) {
-          pl::Value v = x[pl::all];
-          pl::Value g = 0.5f * v * (1.f + pl::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-          o[pl::all] = g * y[pl::all];
-        },
-        pl::ShapeDtype({n}, pl::f32), {.grid = {n / bs}, .in_specs = {spec, spec}, .out_specs = {spec}, .name = "gelu_mul", .compiler_params = {.num_warps = 8}});
+    auto k = bench::gelu_mul(n, bs);
     auto x = pl::random::normal({n}, pl::f32, 10).to(pl::Device::cuda(0));
     auto y = pl::random::normal({n}, pl::f32, 11).to(pl::Device::cuda(0));
     pl::Array out;
     double ms = median_ms([&] { out = k(x, y); }, 20);
     std::printf("f32_gelu_mul_2^26,%.4f,GB/s,%.1f\n", ms, 3.0 * n * 4 / ms / 1e6);
   });
-  // Matmuls written as a user writes them: a K loop of pl::dot over (bm, bk) x (bk, bn) slices
-  // of whole-K blocks, f32 accumulation (i32 for i8), then the epilogue. Variants: bf16 with a
-  // bias + relu epilogue or a residual add, bf16 x W^T (trans_b, as a linear layer), A^T B
-  // (trans_a, A stored K x M), f16, f32 (tf32 dots), i8, 8192^3, and an edge shape (M, N not
-  // multiples of the block: masked edge blocks).
-  enum class Epi { None, BiasRelu, Residual };
-  struct MatmulCase {
-    const char* name;
-    pl::DType t;
-    bool ta, tb;
-    Epi epi;
-    int64_t M, N, K;
-    int64_t bn = 128;  // the block's columns (bm = 128); 256 is the tile cuBLAS and Triton's best configs take
-  };
-  for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epi::BiasRelu, 2048, 2048, 2048},
-                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epi::BiasRelu, 4096, 4096, 4096},
-                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epi::BiasRelu, 4096, 4096, 4096, 256},
-                               MatmulCase{"bf16_matmul_residual", pl::bf16, false, false, Epi::Residual, 4096, 4096, 4096},
-                               MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epi::None, 4096, 4096, 4096},
-                               MatmulCase{"bf16_aT_b", pl::bf16, true, false, Epi::None, 4096, 4096, 4096},
-                               MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epi::None, 4096, 4096, 4096, 256},
-                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epi::None, 8192, 8192, 8192},
-                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epi::None, 8192, 8192, 8192, 256},
-                               MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epi::None, 4000, 4000, 4096},
-                               MatmulCase{"f16_matmul", pl::f16, false, false, Epi::None, 4096, 4096, 4096},
-                               MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epi::None, 4096, 4096, 4096},
-                               MatmulCase{"i8_matmul", pl::i8, false, false, Epi::None, 4096, 4096, 4096}}) {
+  // Matmuls (bench/user_kernels.h): bf16 with a bias + relu epilogue or a residual add, bf16
+  // x W^T (trans_b, as a linear layer), A^T B (trans_a, A stored K x M), f16, f32 (tf32 dots),
+  // i8, 8192^3, and an edge shape (M, N not multiples of the block: masked edge blocks).
+  using bench::Epilogue;
+  using bench::MatmulCase;
+  for (const MatmulCase& mc : {MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 2048, 2048, 2048},
+                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 4096, 4096, 4096},
+                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 4096, 4096, 4096, 256},
+                               MatmulCase{"bf16_matmul_residual", pl::bf16, false, false, Epilogue::Residual, 4096, 4096, 4096},
+                               MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"bf16_aT_b", pl::bf16, true, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epilogue::None, 4096, 4096, 4096, 256},
+                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192},
+                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192, 256},
+                               MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096},
+                               MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096}}) {
     if (!section("matmul")) break;
-    const int64_t M = mc.M, N = mc.N, K = mc.K, bm = 128, bn = mc.bn, bk = mc.t == pl::f32 ? 32 : 64;
+    const int64_t M = mc.M, N = mc.N, K = mc.K;
     const bool ta = mc.ta, tb = mc.tb;
-    const Epi epi = mc.epi;
-    const pl::DType t = mc.t, acc_t = t == pl::i8 ? pl::i32 : pl::f32, out_t = t == pl::i8 ? pl::i32 : t;
-    auto k = pl::pallas_call(
-        [K, bm, bn, bk, ta, tb, epi, acc_t, out_t](pl::Ref a, pl::Ref b, pl::Ref extra, pl::Ref o) {
-          pl::Value acc = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, acc_t)), [&](pl::Value kk, pl::Value acc) {
-            pl::Value x = ta ? a(pl::ds(kk * bk, bk), pl::all) : a(pl::all, pl::ds(kk * bk, bk));
-            pl::Value y = tb ? b(pl::all, pl::ds(kk * bk, bk)) : b(pl::ds(kk * bk, bk), pl::all);
-            return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb});
-          });
-          if (epi == Epi::BiasRelu) acc = pl::maximum(acc + extra[pl::all].astype(pl::f32), 0.f);
-          if (epi == Epi::Residual) acc = acc + extra[pl::all].astype(pl::f32);
-          o[pl::all] = acc.astype(out_t);
-        },
-        pl::ShapeDtype({M, N}, out_t),
-        {.grid = {(M + bm - 1) / bm, (N + bn - 1) / bn},
-         .in_specs = {ta ? pl::BlockSpec({K, bm}, [](pl::Value i, pl::Value j) { return pl::idx(0, i); })
-                         : pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
-                      tb ? pl::BlockSpec({bn, K}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
-                         : pl::BlockSpec({K, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); }),
-                      epi == Epi::Residual ? pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })
-                                           : pl::BlockSpec({1, bn}, [](pl::Value i, pl::Value j) { return pl::idx(0, j); })},
-         .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-         .name = mc.name, .compiler_params = {.num_warps = 8}});
+    const Epilogue epi = mc.epi;
+    const pl::DType t = mc.t;
+    pl::Call k = bench::matmul(mc);
     auto a = (t == pl::i8 ? pl::random::randint(ta ? pl::Shape{K, M} : pl::Shape{M, K}, t, 4, -8, 8)
                           : pl::random::normal(ta ? pl::Shape{K, M} : pl::Shape{M, K}, t, 4)).to(pl::Device::cuda(0));
     auto b = (t == pl::i8 ? pl::random::randint(tb ? pl::Shape{N, K} : pl::Shape{K, N}, t, 5, -8, 8)
                           : pl::random::normal(tb ? pl::Shape{N, K} : pl::Shape{K, N}, t, 5)).to(pl::Device::cuda(0));
-    auto extra = pl::random::normal(epi == Epi::Residual ? pl::Shape{M, N} : pl::Shape{1, N}, t == pl::i8 ? pl::bf16 : t, 6).to(pl::Device::cuda(0));
+    auto extra = pl::random::normal(epi == Epilogue::Residual ? pl::Shape{M, N} : pl::Shape{1, N}, t == pl::i8 ? pl::bf16 : t, 6).to(pl::Device::cuda(0));
+    std::vector<pl::Array> args = {a, b};
+    if (epi != Epilogue::None) args.push_back(extra);
     pl::Array out;
     double t0 = now_ms();
     try {
-      out = k(a, b, extra);
+      out = k(args)[0];
       pl::synchronize();
     } catch (const pl::Error& e) {
-      std::printf("%s_%lldx%lldx%lld,0,-,0,error: %.160s\n", mc.name, (long long)M, (long long)N, (long long)K, e.what());
+      std::printf("%s,0,-,0,error: %.160s\n", mc.label().c_str(), e.what());
       continue;
     }
     double first_ms = now_ms() - t0;
-    double ms = median_ms([&] { out = k(a, b, extra); }, 5);
+    double ms = median_ms([&] { out = k(args)[0]; }, 5);
     auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = extra.to_vector<float>(), ov = out.to_vector<float>();
     double err = 0;
     for (int64_t i = 0; i < M; i += 509)
       for (int64_t j = 0; j < N; j += 263) {
         double s = 0;
         for (int64_t q = 0; q < K; ++q) s += (double)(ta ? av[q * M + i] : av[i * K + q]) * (tb ? bv[j * K + q] : bv[q * N + j]);
-        double want = epi == Epi::BiasRelu ? std::max(0.0, s + cv[j]) : epi == Epi::Residual ? s + cv[i * N + j] : s;
+        double want = epi == Epilogue::BiasRelu ? std::max(0.0, s + cv[j]) : epi == Epilogue::Residual ? s + cv[i * N + j] : s;
         err = std::max(err, std::fabs(ov[i * N + j] - want) / (1 + std::fabs(want)));
       }
-    std::string shape = M == N && N == K ? std::to_string(M) + "^3" : std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
-    std::printf("%s_%s_%lldx%lld,%.4f,%s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.name, shape.c_str(), (long long)bm, (long long)bn, ms,
+    std::printf("%s,%.4f,%s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.label().c_str(), ms,
                 t == pl::i8 ? "TOP/s" : "TFLOP/s", 2.0 * M * N * K / ms / 1e9, err, first_ms);
   }
   if (section("matmul")) row([&] {  // bf16 batched matmul 16 x 2048^3: a batch axis in the grid, squeezed from the blocks
-    const int64_t B = 16, M = 2048, N = 2048, K = 2048, bm = 128, bn = 128, bk = 64;
-    auto k = pl::pallas_call(
-        [](pl::Ref a, pl::Ref b, pl::Ref o) {
-          pl::Value acc = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
-            return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
-          });
-          o[pl::all] = acc.astype(pl::bf16);
-        },
-        pl::ShapeDtype({B, M, N}, pl::bf16),
-        {.grid = {B, M / bm, N / bn},
-         .in_specs = {pl::BlockSpec({pl::squeezed, bm, K}, [](pl::Value z, pl::Value i, pl::Value) { return pl::idx(z, i, 0); }),
-                      pl::BlockSpec({pl::squeezed, K, bn}, [](pl::Value z, pl::Value, pl::Value j) { return pl::idx(z, 0, j); })},
-         .out_specs = {pl::BlockSpec({pl::squeezed, bm, bn}, [](pl::Value z, pl::Value i, pl::Value j) { return pl::idx(z, i, j); })},
-         .name = "batched_matmul", .compiler_params = {.num_warps = 8}});
+    const int64_t B = 16, M = 2048, N = 2048, K = 2048;
+    auto k = bench::batched_matmul(B, M, N, K);
     auto a = pl::random::normal({B, M, K}, pl::bf16, 7).to(pl::Device::cuda(0));
     auto b = pl::random::normal({B, K, N}, pl::bf16, 8).to(pl::Device::cuda(0));
     pl::Array out;
@@ -442,18 +358,8 @@ int main() {
     struct C { int64_t bm, bn, bk; int warps, stages; };
     for (C c : {C{128, 128, 32, 8, 3}, C{128, 128, 32, 8, 2}, C{128, 128, 32, 4, 3}, C{128, 128, 16, 8, 4}, C{128, 256, 32, 8, 2},
                 C{128, 128, 64, 8, 2}, C{64, 128, 32, 4, 3}}) {
-      auto k = pl::pallas_call(
-          [n, c](pl::Ref x, pl::Ref y, pl::Ref o) {
-            o[pl::all] = pl::fori_loop(0, int(n / c.bk), pl::Value(pl::zeros({c.bm, c.bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
-              return acc + pl::dot(x(pl::all, pl::ds(kk * c.bk, c.bk)), y(pl::ds(kk * c.bk, c.bk), pl::all));
-            });
-          },
-          pl::ShapeDtype({n, n}, pl::f32),
-          {.grid = {n / c.bm, n / c.bn},
-           .in_specs = {pl::BlockSpec({c.bm, n}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
-                        pl::BlockSpec({n, c.bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
-           .out_specs = {pl::BlockSpec({c.bm, c.bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
-           .name = "tf32_sweep", .compiler_params = {.num_warps = c.warps, .num_stages = c.stages}});
+      auto k = bench::matmul({.name = "tf32_sweep", .t = pl::f32, .ta = false, .tb = false, .epi = Epilogue::None, .M = n, .N = n, .K = n,
+                              .bn = c.bn, .bm = c.bm, .bk = c.bk, .warps = c.warps, .stages = c.stages});
       pl::Array out;
       try {
         out = k(a, b);
@@ -492,18 +398,12 @@ int main() {
   // Flash attention as a user writes it (kernels/attention.cc is written that way: online
   // softmax over KV blocks, two pl::dot per iteration); run with PALLAS_NO_FAST_PATHS=1 it
   // takes the general compiler, not the recognised sm_90a kernel.
-  struct AttnCase {
-    int64_t B, H, S, D, bq, bk;
-    int warps;
-    bool causal = false;
-  };
-  for (AttnCase c : {AttnCase{8, 16, 2048, 64, 64, 64, 4}, AttnCase{8, 16, 2048, 64, 128, 64, 8}, AttnCase{8, 16, 2048, 64, 128, 128, 8},
-                     AttnCase{4, 16, 4096, 128, 128, 64, 8}, AttnCase{4, 16, 4096, 128, 128, 64, 8, true},
-                     AttnCase{4, 16, 4096, 256, 64, 64, 4}}) {
+  using bench::AttentionCase;
+  for (AttentionCase c : {AttentionCase{8, 16, 2048, 64, 64, 64, 4}, AttentionCase{8, 16, 2048, 64, 128, 64, 8},
+                          AttentionCase{8, 16, 2048, 64, 128, 128, 8}, AttentionCase{4, 16, 4096, 128, 128, 64, 8},
+                          AttentionCase{4, 16, 4096, 128, 128, 64, 8, true}, AttentionCase{4, 16, 4096, 256, 64, 64, 4}}) {
     if (!section("attention")) break;
-    pl::kernels::AttentionConfig cfg{.block_q = c.bq, .block_k = c.bk, .causal = c.causal};
-    cfg.compiler_params.num_warps = c.warps;
-    pl::Call k = pl::kernels::flash_attention(c.B, c.H, c.S, c.D, pl::bf16, cfg);
+    pl::Call k = bench::attention(c);
     pl::Shape sh{c.B, c.H, c.S, c.D};
     auto q = pl::random::normal(sh, pl::bf16, 21).to(pl::Device::cuda(0));
     auto kk = pl::random::normal(sh, pl::bf16, 22).to(pl::Device::cuda(0));
@@ -514,8 +414,7 @@ int main() {
       out = k(q, kk, v);
       pl::synchronize();
     } catch (const pl::Error& e) {
-      std::printf("bf16_attention_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,0,-,0,error: %.160s\n", (long long)c.B, (long long)c.H, (long long)c.S, (long long)c.D,
-                  (long long)c.bq, (long long)c.bk, c.warps, e.what());
+      std::printf("%s,0,-,0,error: %.160s\n", c.label().c_str(), e.what());
       continue;
     }
     double first_ms = now_ms() - t0;
@@ -543,9 +442,7 @@ int main() {
       }
     }
     double flops = 4.0 * c.B * c.H * c.S * c.S * c.D / (c.causal ? 2 : 1);  // as the anchors count causal attention
-    std::printf("bf16_attention%s_B%lldH%lldS%lldD%lld_bq%lld_bk%lld_w%d,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", c.causal ? "_causal" : "",
-                (long long)c.B, (long long)c.H, (long long)c.S, (long long)c.D, (long long)c.bq, (long long)c.bk, c.warps, ms, flops / ms / 1e9, err,
-                first_ms);
+    std::printf("%s,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", c.label().c_str(), ms, flops / ms / 1e9, err, first_ms);
   }
   return 0;
 }

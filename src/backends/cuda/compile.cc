@@ -95,6 +95,13 @@ std::string explain_nvrtc_error(const std::string& log, const std::string& src, 
                  : "";
 }
 
+std::vector<std::string> nvrtc_options(const std::string& arch, bool lineinfo, bool ptxas_report) {
+  std::vector<std::string> o = {"--gpu-architecture=" + arch, "-std=c++17", "-default-device", "-diag-suppress=177,550"};
+  if (lineinfo) o.push_back("-lineinfo");
+  if (ptxas_report) o.push_back("--ptxas-options=-v");
+  return o;
+}
+
 namespace {
 
 void check(nvrtcResult r, const std::string& what) {
@@ -212,13 +219,12 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
     auto t0 = std::chrono::steady_clock::now();
     nvrtcProgram prog;
     check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), call.what + ": NVRTC");
-    std::string archopt = "--gpu-architecture=" + arch;
     // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
     // performance notes such as wgmma serialisation) on stderr.
     bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
-    std::vector<const char*> opts = {archopt.c_str(), "-std=c++17", "-default-device", "-diag-suppress=177,550"};
-    if (lineinfo) opts.push_back("-lineinfo");
-    if (report) opts.push_back("--ptxas-options=-v");
+    std::vector<std::string> options = nvrtc_options(arch, lineinfo, report);
+    std::vector<const char*> opts;
+    for (const std::string& o : options) opts.push_back(o.c_str());
     nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
     size_t n = 0;
     nvrtcGetProgramLogSize(prog, &n);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "src/backends/cuda/lower.h"
 #include "src/backends/cuda/sm90/attention_plan.h"
@@ -29,6 +30,9 @@ struct Compiled {
 std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true,
                                              bool aligned = true);
 std::string nvrtc_version();
+// The options every generated kernel is compiled with (bench/compile_bench uses them too):
+// straight to a cubin for arch (a virtual arch such as compute_90a gives PTX only).
+std::vector<std::string> nvrtc_options(const std::string& arch, bool lineinfo, bool ptxas_report);
 // The generated source around the first error of an NVRTC log: at the line the log names in
 // the generated file (cu_name), or, for a kernel source's line (the emitter's #line
 // directives), where the code generated for it starts.
