@@ -3,7 +3,7 @@
 // (Call::compile_for: trace, lower, NVRTC to an sm_90a cubin), then, on the generated source,
 // the lowering alone and NVRTC split into its front end (CUDA C++ -> PTX) and ptxas (the rest),
 // medians of COMPILE_BENCH_REPS (default 3), with the source size and ptxas' registers.
-// The general compiler is measured (PALLAS_NO_FAST_PATHS=1) and the disk cache is off.
+// The general compiler is measured (PALLAS_NO_FAST_PATHS=1); our disk cache and NVRTC's are off.
 // COMPILE_BENCH_ONLY=substring[,substring...] keeps the kernels whose label contains one.
 #include <nvrtc.h>
 
@@ -76,6 +76,9 @@ bool selected(const std::string& label) {
 int main() {
   setenv("PALLAS_NO_FAST_PATHS", "1", 0);
   setenv("PALLAS_NO_DISK_CACHE", "1", 1);
+  // NVRTC 13 keeps cubins in the driver's compute cache (~/.nv/ComputeCache) where a driver is
+  // installed: without this, a GPU machine would time cache hits (10-30 ms for any kernel).
+  setenv("CUDA_CACHE_DISABLE", "1", 1);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   const int reps = std::getenv("COMPILE_BENCH_REPS") ? std::max(1, std::atoi(std::getenv("COMPILE_BENCH_REPS"))) : 3;
   const std::string arch = "sm_90a";

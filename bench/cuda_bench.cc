@@ -284,15 +284,20 @@ int main() {
                                MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 4096, 4096, 4096},
                                MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 4096, 4096, 4096, 256},
                                MatmulCase{"bf16_matmul_residual", pl::bf16, false, false, Epilogue::Residual, 4096, 4096, 4096},
+                               MatmulCase{"bf16_matmul_residual", pl::bf16, false, false, Epilogue::Residual, 4096, 4096, 4096, 256},
                                MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epilogue::None, 4096, 4096, 4096},
                                MatmulCase{"bf16_aT_b", pl::bf16, true, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"bf16_aT_b", pl::bf16, true, false, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192},
                                MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192, 256},
                                MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096},
+                               MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096, 256},
                                MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epilogue::None, 4096, 4096, 4096},
-                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096}}) {
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256}}) {
     if (!section("matmul")) break;
     const int64_t M = mc.M, N = mc.N, K = mc.K;
     const bool ta = mc.ta, tb = mc.tb;
@@ -329,9 +334,9 @@ int main() {
     std::printf("%s,%.4f,%s,%.2f,relerr=%g,first_call_ms=%.0f\n", mc.label().c_str(), ms,
                 t == pl::i8 ? "TOP/s" : "TFLOP/s", 2.0 * M * N * K / ms / 1e9, err, first_ms);
   }
-  if (section("matmul")) row([&] {  // bf16 batched matmul 16 x 2048^3: a batch axis in the grid, squeezed from the blocks
+  for (int64_t bn : {128, 256}) if (section("matmul")) row([&] {  // bf16 batched matmul 16 x 2048^3: a batch axis in the grid, squeezed from the blocks
     const int64_t B = 16, M = 2048, N = 2048, K = 2048;
-    auto k = bench::batched_matmul(B, M, N, K);
+    auto k = bench::batched_matmul(B, M, N, K, bn);
     auto a = pl::random::normal({B, M, K}, pl::bf16, 7).to(pl::Device::cuda(0));
     auto b = pl::random::normal({B, K, N}, pl::bf16, 8).to(pl::Device::cuda(0));
     pl::Array out;
@@ -349,7 +354,7 @@ int main() {
           for (int64_t q = 0; q < K; ++q) want += (double)av[(z * M + i) * K + q] * bv[(z * K + q) * N + j];
           err = std::max(err, std::fabs(ov[(z * M + i) * N + j] - want) / (1 + std::fabs(want)));
         }
-    std::printf("bf16_batched_matmul_16x2048^3,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", ms, 2.0 * B * M * N * K / ms / 1e9, err, first_ms);
+    std::printf("bf16_batched_matmul_16x2048^3_128x%d,%.4f,TFLOP/s,%.2f,relerr=%g,first_call_ms=%.0f\n", (int)bn, ms, 2.0 * B * M * N * K / ms / 1e9, err, first_ms);
   });
   if (section("tf32")) {  // the f32 (tf32) user matmul over block shapes, stages and warps (CUDA_BENCH_ONLY=tf32)
     int64_t n = 4096;

@@ -124,10 +124,10 @@ pl::Call matmul(const MatmulCase& c) {
       pl::ShapeDtype({M, N}, out_t), opts);
 }
 
-pl::Call batched_matmul(int64_t B, int64_t M, int64_t N, int64_t K) {
-  const int64_t bm = 128, bn = 128, bk = 64;
+pl::Call batched_matmul(int64_t B, int64_t M, int64_t N, int64_t K, int64_t bn) {
+  const int64_t bm = 128, bk = 64;
   return pl::pallas_call(
-      [K](pl::Ref a, pl::Ref b, pl::Ref o) {
+      [K, bn](pl::Ref a, pl::Ref b, pl::Ref o) {
         pl::Value acc = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value kk, pl::Value acc) {
           return acc + pl::dot(a(pl::all, pl::ds(kk * bk, bk)), b(pl::ds(kk * bk, bk), pl::all));
         });

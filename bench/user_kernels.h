@@ -38,7 +38,7 @@ struct MatmulCase {
   std::string label() const;  // name_shape_bmxbn
 };
 pl::Call matmul(const MatmulCase& c);
-pl::Call batched_matmul(int64_t B, int64_t M, int64_t N, int64_t K);  // bf16, the batch a grid axis
+pl::Call batched_matmul(int64_t B, int64_t M, int64_t N, int64_t K, int64_t bn = 128);  // bf16, the batch a grid axis
 
 struct AttentionCase {
   int64_t B, H, S, D, bq, bk;

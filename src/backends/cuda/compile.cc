@@ -96,7 +96,9 @@ std::string explain_nvrtc_error(const std::string& log, const std::string& src, 
 }
 
 std::vector<std::string> nvrtc_options(const std::string& arch, bool lineinfo, bool ptxas_report) {
-  std::vector<std::string> o = {"--gpu-architecture=" + arch, "-std=c++17", "-default-device", "-diag-suppress=177,550"};
+  // -minimal leaves out what generated kernels never use (texture types, the device runtime's
+  // API): the front end parses less, about 10 ms less a kernel.
+  std::vector<std::string> o = {"--gpu-architecture=" + arch, "-std=c++17", "-default-device", "-minimal", "-diag-suppress=177,550"};
   if (lineinfo) o.push_back("-lineinfo");
   if (ptxas_report) o.push_back("--ptxas-options=-v");
   return o;
@@ -208,9 +210,11 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   // It costs NVRTC about a tenth more time.
   const char* li = std::getenv("PALLAS_LINEINFO");
   bool lineinfo = li ? std::string(li) != "0" : std::getenv("CUDA_INJECTION64_PATH") != nullptr;
+  // The cubin is named by everything that makes it: the source, NVRTC's version and options.
+  std::string made_by = L.source + "|" + nvrtc_version();
+  for (const std::string& o : nvrtc_options(arch, lineinfo, false)) made_by += "|" + o;
   char hb[32];
-  std::snprintf(hb, sizeof hb, "%016llx",
-                static_cast<unsigned long long>(ir::hash_text(L.source + "|" + arch + "|" + nvrtc_version() + (lineinfo ? "|lineinfo" : ""))));
+  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(ir::hash_text(made_by)));
   std::string disk = cache_dir() + "/" + L.name.substr(0, 48) + "_" + hb + ".cubin";
   bool no_disk = std::getenv("PALLAS_NO_DISK_CACHE") != nullptr;
   if (!no_disk && dump_dir.empty() && read_file(disk, &c->cubin)) {
