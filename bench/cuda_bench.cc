@@ -397,7 +397,7 @@ int main() {
     double ms = median_ms([&] { out = mm(a, b); }, 10);
     pl::Call def = pl::kernels::matmul(n, n, n, pl::bf16, pl::bf16);
     double ms_def = median_ms([&] { out = def(a, b); }, 10);
-    std::printf("autotuned_bf16_matmul_4096^3,%.4f,TFLOP/s,%.2f,chosen=%s%s,default(64x64x32 w4)=%.2f TFLOP/s,tuning_ms=%.0f\n", ms,
+    std::printf("autotuned_bf16_matmul_4096^3,%.4f,TFLOP/s,%.2f,chosen=%s%s,default(128x128x64 w8)=%.2f TFLOP/s,tuning_ms=%.0f\n", ms,
                 2.0 * n * n * n / ms / 1e9, r.best.str().c_str(), r.from_cache ? " (cached)" : "", 2.0 * n * n * n / ms_def / 1e9, tune_ms);
   }
   // Flash attention as a user writes it (kernels/attention.cc is written that way: online

@@ -283,7 +283,8 @@ class Gen : public Builder {
   }
 
   // The matmul of kernels/matmul.cc (a K loop accumulating dots of ds slices), with random
-  // sizes and dtypes: at multiples of 128 x 128 x 64 it takes the sm_90a wgmma fast path.
+  // sizes and dtypes: half at multiples of 128 x 128 x 64 with blocks up to 128 x 256 (the
+  // large wgmma tiles; these once took the sm_90a matmul fast path, retired on 2026-12-05).
   bool matmul_ = false;
   int64_t mm_bm_ = 0, mm_bn_ = 0, mm_bk_ = 0, mm_steps_ = 0;
   bool mm_epilogue_ = false;
@@ -303,7 +304,7 @@ class Gen : public Builder {
     mm_bk_ = fast ? pick(std::vector<int64_t>{32, 64}) : pick(std::vector<int64_t>{16, 32, 64});
     mm_steps_ = range(1, 4);
     int64_t gm = range(1, 3), gn = range(1, 2);
-    if (fast) {  // the fast path's multiples
+    if (fast) {  // multiples of the large tiles
       if (mm_bm_ * gm % 128) gm = 2;
       if (mm_bn_ * gn % 128) gn = 2;
       if (mm_bk_ * mm_steps_ % 64) mm_steps_ = 2;

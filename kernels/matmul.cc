@@ -28,11 +28,13 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
 }
 
 Autotuned tuned_matmul(DType out_dtype, std::vector<Config> space, bool interpret) {
-  if (space.empty())
+  if (space.empty()) {
     for (int64_t bm : {64, 128})
       for (int64_t bn : {64, 128})
         for (int64_t bk : {32, 64})
           for (int64_t warps : {4, 8}) space.push_back(Config{{{"block_m", bm}, {"block_n", bn}, {"block_k", bk}, {"num_warps", warps}, {"num_stages", 3}}});
+    space.push_back(Config{{{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"num_warps", 8}, {"num_stages", 3}}});
+  }
   auto factory = [out_dtype, interpret](const Config& c, const std::vector<ShapeDtype>& in) {
     if (in.size() != 2 || in[0].shape.size() != 2 || in[1].shape.size() != 2 || in[0].shape[1] != in[1].shape[0] || in[0].dtype != in[1].dtype)
       throw Error("kernels::tuned_matmul: takes A[M,K] and B[K,N] of one dtype");

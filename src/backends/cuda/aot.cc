@@ -85,7 +85,7 @@ void generate(const std::vector<Entry>& entries, const std::vector<std::string>&
       } catch (const Error& e) {
         throw Error(what + " for " + arch + ": " + e.what());
       }
-      if (c->matmul || c->attention) throw Error(what + ": a fast-path kernel was chosen although PALLAS_NO_FAST_PATHS is set");
+      if (c->attention) throw Error(what + ": a fast-path kernel was chosen although PALLAS_NO_FAST_PATHS is set");
       if (c->lowered.has_check) throw Error(what + ": uses pl::check with debug = true; AOT launches have no check flag (build it without debug)");
       if (!c->lowered.print_sites.empty()) throw Error(what + ": uses debug_print, which needs the JIT's host side; remove it for AOT");
       symbol = c->lowered.name;

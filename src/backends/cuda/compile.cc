@@ -176,22 +176,18 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   }
   auto c = std::make_shared<Compiled>();
   c->arch = arch;
-  // The sm_90a fast paths first (wgmma/TMA matmul loops and flash attention), then the
-  // general lowering.
+  // The one sm_90a fast path left (the library's flash attention at D=128) first, then the
+  // general lowering. (The matmul loop's matcher is retired: the general lowering runs the
+  // library's matmul as fast at the same tile — docs/benchmarks.md, twelfth session.)
   if (arch == "sm_90a" && aligned && !std::getenv("PALLAS_NO_FAST_PATHS")) {
-    if ((c->matmul = sm90::plan_matmul(call))) {
-      c->lowered.name = c->matmul->entry;
-      c->lowered.source = c->matmul->source;
-      c->lowered.threads = c->matmul->threads;
-      c->lowered.smem_bytes = static_cast<size_t>(c->matmul->smem_bytes);
-    } else if ((c->attention = sm90::plan_attention(call))) {
+    if ((c->attention = sm90::plan_attention(call))) {
       c->lowered.name = c->attention->entry;
       c->lowered.source = c->attention->source;
       c->lowered.threads = c->attention->threads;
       c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
     }
   }
-  if (!c->matmul && !c->attention) c->lowered = lower(call, arch, tensor_maps, aligned);
+  if (!c->attention) c->lowered = lower(call, arch, tensor_maps, aligned);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())

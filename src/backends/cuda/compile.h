@@ -9,7 +9,6 @@
 
 #include "src/backends/cuda/lower.h"
 #include "src/backends/cuda/sm90/attention_plan.h"
-#include "src/backends/cuda/sm90/matmul_plan.h"
 
 namespace pallas::cuda {
 
@@ -20,7 +19,6 @@ struct Compiled {
   double compile_ms = 0;  // 0 when it came from a cache
   bool from_disk = false;
   // Set when an sm_90a fast path took the call (its kernel then has its own parameters).
-  std::optional<sm90::MatmulPlan> matmul;
   std::optional<sm90::AttentionPlan> attention;
 };
 

@@ -9,8 +9,6 @@
 // The result stays in its accumulator fragments, the Mma value layout (value_layout.h); a
 // fori carry that only accumulates such dots keeps them for the whole loop
 // (plan_fragment_carry). Shapes that do not fill an MMA tile are padded with zeros.
-#include <cstdlib>
-
 #include "src/backends/cuda/rules.h"
 
 #include <algorithm>
@@ -124,12 +122,9 @@ MmaGrid mma_grid(const Emitter& E, const DotShape& d, const MmaKind& m) {
     q.TM = (d.M + 63) / 64;
     int64_t step = m.k == 32 ? 16 : 8;  // wgmma's n: multiples of 8 (of 16 for 8-bit inputs)
     int64_t np = (d.N + step - 1) / step * step;
-    // The widest wgmma is n256. PALLAS_WGMMA_MAX_N=128 caps it (two n128 tiles instead: NVRTC
-    // and ptxas take about an eighth less time on a 128x256 matmul; the speed is measured in
-    // docs/benchmarks.md).
-    const char* cap = std::getenv("PALLAS_WGMMA_MAX_N");
-    int64_t max_n = cap && std::atoi(cap) >= 8 ? std::min<int64_t>(256, std::atoi(cap) / step * step) : 256;
-    q.NS = (np <= max_n ? np : std::min<int64_t>(128, max_n)) / 8;
+    // Up to n256, the widest wgmma. (Two n128 tiles instead cost NVRTC and ptxas 8-17% less
+    // time on a 128x256 matmul but run 3-8% slower: docs/benchmarks.md, twelfth session.)
+    q.NS = (np <= 256 ? np : 128) / 8;
   } else {
     q.W = E.nt / 32;
     q.TM = (d.M + 15) / 16;

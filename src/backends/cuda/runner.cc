@@ -143,7 +143,7 @@ std::unique_ptr<Bound> make_bound(const core::PallasCall& call, const std::strin
   for (size_t k = 0; k < b->num_inputs; ++k) b->writes.push_back(ir::writes_ref(*call.kernel, call.kernel->invars[k].id));
   b->aliased_from.resize(b->num_outputs);
   for (auto [i, o] : call.aliases) b->aliased_from[static_cast<size_t>(o)].push_back(static_cast<size_t>(i));
-  b->fast = c.matmul || c.attention;
+  b->fast = c.attention.has_value();
   b->has_check = c.lowered.has_check;
   b->has_print = !c.lowered.print_sites.empty();
   b->threads = static_cast<unsigned>(c.lowered.threads);
@@ -262,8 +262,8 @@ void encode_map(void* map, const TensorMapSpec& spec, const void* base, const st
         what + ": encoding a tensor map");
 }
 
-// Launches a kernel of the sm_90a fast paths (TMA descriptors as parameters). `launching`:
-// the message of a failed launch, made once per call (Bound).
+// Launches the kernel of the sm_90a attention fast path (TMA descriptors as parameters).
+// `launching`: the message of a failed launch, made once per call (Bound).
 void launch_fast(const Compiled& c, CUfunction f, const CUdeviceptr* ins, CUdeviceptr out, const std::string& what,
                  const std::string& launching) {
   const Driver& d = driver();
@@ -272,24 +272,14 @@ void launch_fast(const Compiled& c, CUfunction f, const CUdeviceptr* ins, CUdevi
   } maps[3];
   void* cptr = reinterpret_cast<void*>(out);
   auto in = [&](int k) { return reinterpret_cast<const void*>(ins[k]); };
-  CUresult r;
-  if (c.matmul) {
-    const auto& m = *c.matmul;
-    encode_2d(&maps[0], m.in, in(0), m.k, m.m, 64, 128, what);
-    encode_2d(&maps[1], m.in, in(1), m.n, m.k, 64, 64, what);
-    int M = static_cast<int>(m.m), N = static_cast<int>(m.n), K = static_cast<int>(m.k);
-    void* params[] = {&maps[0], &maps[1], &cptr, &M, &N, &K};
-    r = d.cuLaunchKernel(f, static_cast<unsigned>(m.grid), 1, 1, m.threads, 1, 1, m.smem_bytes, launch_stream(), params, nullptr);
-  } else {
-    const auto& a = *c.attention;
-    uint64_t rows = static_cast<uint64_t>(a.batch * a.heads * a.seq);
-    for (int k = 0; k < 3; ++k) encode_2d(&maps[k], a.dtype, in(k), 128, rows, 64, 128, what);
-    int seq = static_cast<int>(a.seq);
-    float scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
-    void* params[] = {&maps[0], &maps[1], &maps[2], &cptr, &seq, &scale_log2};
-    r = d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1, a.smem_bytes,
-                         launch_stream(), params, nullptr);
-  }
+  const auto& a = *c.attention;
+  uint64_t rows = static_cast<uint64_t>(a.batch * a.heads * a.seq);
+  for (int k = 0; k < 3; ++k) encode_2d(&maps[k], a.dtype, in(k), 128, rows, 64, 128, what);
+  int seq = static_cast<int>(a.seq);
+  float scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
+  void* params[] = {&maps[0], &maps[1], &maps[2], &cptr, &seq, &scale_log2};
+  CUresult r = d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1, a.smem_bytes,
+                                launch_stream(), params, nullptr);
   if (r != CUDA_SUCCESS) check(r, launching);
 }
 
