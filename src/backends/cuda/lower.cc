@@ -152,11 +152,16 @@ std::string Emitter::put_shared(const ir::Atom& a, size_t off) {
   line(ctype(av.dtype) + "* " + p + " = (" + ctype(av.dtype) + "*)(smem + " + std::to_string(xoff + off) + ");");
   if (scalar_like(av)) {
     line("if (threadIdx.x == 0) " + p + "[0] = " + name(a) + ";");
-  } else if (ValueLayout L = layout_of(a); L.kind == ValueLayout::Mma && itemsize(av.dtype) == 2 && L.N % 2 == 0 && !uniform.count(std::get<ir::Var>(a).id)) {
-    // Slots r and r + 1 of a fragment are columns j and j + 1 (j even): one 32-bit store of
-    // the pair, half the shared stores (and half the code) of one per element.
+  } else if (ValueLayout L = layout_of(a); L.kind == ValueLayout::Mma && (itemsize(av.dtype) == 2 || itemsize(av.dtype) == 4) && L.N % 2 == 0 &&
+                                           !uniform.count(std::get<ir::Var>(a).id)) {
+    // Slots r and r + 1 of a fragment are columns j and j + 1 (j even): one store of the pair,
+    // half the shared stores (and half the code) of one per element.
+    std::string T = ctype(av.dtype);
     foreach_fragments(L, [&] {
-      line("if ((r & 1) == 0) *(u32*)&" + p + "[e] = word_bits(" + elem(a, "k") + ") | (word_bits(" + elem(a, "k + 1") + ") << 16);");
+      if (itemsize(av.dtype) == 2)
+        line("if ((r & 1) == 0) *(u32*)&" + p + "[e] = word_bits(" + elem(a, "k") + ") | (word_bits(" + elem(a, "k + 1") + ") << 16);");
+      else
+        line("if ((r & 1) == 0) *(Vec<" + T + ", 2>*)&" + p + "[e] = Vec<" + T + ", 2>{{" + elem(a, "k") + ", " + elem(a, "k + 1") + "}};");
     });
   } else {
     foreach_in(layout_of(a), av.shape, [&] { line(p + "[e] = " + elem(a, "k") + ";"); });
