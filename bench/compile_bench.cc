@@ -37,12 +37,13 @@ double median(std::vector<double> v) {
 
 // One NVRTC compile of src for arch; returns its time, and its log in *log.
 // Where a driver is installed, NVRTC 13 keeps what it compiled in a cache of its own, keyed by
-// the source (CUDA_CACHE_DISABLE does not turn it off): each compile here gets a source no
-// compile saw before, by a comment of its own at the end.
+// the preprocessed source (CUDA_CACHE_DISABLE does not turn it off, and a comment, removed by
+// the preprocessor, does not miss it): each compile here gets a source no compile saw before,
+// by a device variable of its own at the end.
 double nvrtc_ms(const std::string& kernel_src, const std::string& arch, bool report, std::string* log) {
   static int compiles = 0;
-  const std::string src = kernel_src + "\n// compile_bench " + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + " " +
-                          std::to_string(++compiles) + "\n";
+  const std::string src = kernel_src + "\n__device__ int compile_bench_nonce_" +
+                          std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "_" + std::to_string(++compiles) + ";\n";
   std::vector<std::string> options = pl::cuda::nvrtc_options(arch, false, report);
   std::vector<const char*> opts;
   for (const std::string& o : options) opts.push_back(o.c_str());

@@ -291,8 +291,12 @@ int main() {
                                MatmulCase{"bf16_x_wT", pl::bf16, false, true, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192},
                                MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192, 256},
+                               // the grouped program order (group_m = 8, in the index maps): L2 reuse
+                               MatmulCase{"bf16_matmul", pl::bf16, false, false, Epilogue::None, 8192, 8192, 8192, 256, 128, 0, 8, 0, 8},
+                               MatmulCase{"bf16_matmul_bias_relu", pl::bf16, false, false, Epilogue::BiasRelu, 4096, 4096, 4096, 256, 128, 0, 8, 0, 8},
                                MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096},
                                MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096, 256},
+                               MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096, 256, 128, 0, 8, 0, 8},
                                MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096},
                                MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epilogue::None, 4096, 4096, 4096},

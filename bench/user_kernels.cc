@@ -82,7 +82,8 @@ pl::Call gelu_mul(int64_t n, int64_t block) {
 
 std::string MatmulCase::label() const {
   std::string shape = M == N && N == K ? std::to_string(M) + "^3" : std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
-  return std::string(name) + "_" + shape + "_" + std::to_string(bm) + "x" + std::to_string(bn);
+  return std::string(name) + "_" + shape + "_" + std::to_string(bm) + "x" + std::to_string(bn) +
+         (group_m ? "_grouped" + std::to_string(group_m) : "");
 }
 
 pl::Call matmul(const MatmulCase& c) {
@@ -97,13 +98,24 @@ pl::Call matmul(const MatmulCase& c) {
       return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb});
     });
   };
+  // The block (row, column) of a program: the grid's two axes, or with group_m the grouped
+  // order of a 1-D grid: group_m block rows at a time, down each column of the group.
+  const int64_t rows = (M + bm - 1) / bm, cols = (N + bn - 1) / bn, gm = c.group_m;
+  auto spec = [rows, cols, gm](pl::Shape shape, std::function<pl::BlockIndex(pl::Value, pl::Value)> f) {
+    if (!gm) return pl::BlockSpec(std::move(shape), [f](pl::Value i, pl::Value j) { return f(i, j); });
+    return pl::BlockSpec(std::move(shape), [f, rows, cols, gm](pl::Value pid) {
+      pl::Value group = pid / int(gm * cols), first = group * int(gm), in_group = pid % int(gm * cols);
+      pl::Value height = pl::minimum(int(rows) - first, pl::Value(int(gm)));
+      return f(first + in_group % height, in_group / height);
+    });
+  };
   std::vector<pl::BlockSpec> in_specs = {
-      ta ? pl::BlockSpec({K, bm}, [](pl::Value i, pl::Value) { return pl::idx(0, i); })
-         : pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
-      tb ? pl::BlockSpec({bn, K}, [](pl::Value, pl::Value j) { return pl::idx(j, 0); })
-         : pl::BlockSpec({K, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })};
-  pl::CallOptions opts{.grid = {(M + bm - 1) / bm, (N + bn - 1) / bn},
-                       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+      ta ? spec({K, bm}, [](pl::Value i, pl::Value) { return pl::idx(0, i); })
+         : spec({bm, K}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
+      tb ? spec({bn, K}, [](pl::Value, pl::Value j) { return pl::idx(j, 0); })
+         : spec({K, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })};
+  pl::CallOptions opts{.grid = gm ? std::vector<int64_t>{rows * cols} : std::vector<int64_t>{rows, cols},
+                       .out_specs = {spec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
                        .name = c.name,
                        .compiler_params = {.num_warps = c.warps, .num_stages = c.stages}};
   if (epi == Epilogue::None) {
@@ -111,8 +123,8 @@ pl::Call matmul(const MatmulCase& c) {
     return pl::pallas_call([k_loop, out_t](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = k_loop(a, b).astype(out_t); },
                            pl::ShapeDtype({M, N}, out_t), opts);
   }
-  in_specs.push_back(epi == Epilogue::Residual ? pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })
-                                               : pl::BlockSpec({1, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); }));
+  in_specs.push_back(epi == Epilogue::Residual ? spec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })
+                                               : spec({1, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); }));
   opts.in_specs = in_specs;
   return pl::pallas_call(
       [k_loop, epi, out_t](pl::Ref a, pl::Ref b, pl::Ref extra, pl::Ref o) {

@@ -35,6 +35,9 @@ struct MatmulCase {
   int64_t bm = 128;
   int64_t bk = 0;             // 0: 64, 32 for f32
   int warps = 8, stages = 0;  // stages 0: the default
+  // > 0: a 1-D grid in groups of group_m block rows (Triton's and Pallas' "grouped" program
+  // order, written in the index maps), so programs running together share A and B blocks in L2.
+  int64_t group_m = 0;
   std::string label() const;  // name_shape_bmxbn
 };
 pl::Call matmul(const MatmulCase& c);
