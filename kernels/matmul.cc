@@ -1,5 +1,7 @@
 #include "pallas/kernels.h"
 
+#include <functional>
+
 namespace pallas::kernels {
 
 Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg) {
@@ -14,11 +16,21 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
     });
     o[all] = acc.astype(out_dtype);
   };
+  const int64_t rows = (m + bm - 1) / bm, cols = (n + bn - 1) / bn, gm = std::min(cfg.group_m, rows);
+  // The index maps take (block row, block column); with a group, the 1-D program id becomes one.
+  auto spec = [=](Shape shape, std::function<BlockIndex(Value, Value)> f) {
+    if (gm <= 1) return BlockSpec(std::move(shape), [f](Value i, Value j) { return f(i, j); });
+    return BlockSpec(std::move(shape), [=](Value pid) {
+      Value group = pid / int(gm * cols), first = group * int(gm), in_group = pid % int(gm * cols);
+      Value height = minimum(int(rows) - first, Value(int(gm)));
+      return f(first + in_group % height, in_group / height);
+    });
+  };
   return pallas_call(kernel, ShapeDtype({m, n}, out_dtype),
-                     {.grid = {(m + bm - 1) / bm, (n + bn - 1) / bn},
-                      .in_specs = {BlockSpec({bm, k}, [](Value i, Value) { return idx(i, 0); }),
-                                   BlockSpec({k, bn}, [](Value, Value j) { return idx(0, j); })},
-                      .out_specs = {BlockSpec({bm, bn}, [](Value i, Value j) { return idx(i, j); })},
+                     {.grid = gm <= 1 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows * cols},
+                      .in_specs = {spec({bm, k}, [](Value i, Value) { return idx(i, 0); }),
+                                   spec({k, bn}, [](Value, Value j) { return idx(0, j); })},
+                      .out_specs = {spec({bm, bn}, [](Value i, Value j) { return idx(i, j); })},
                       .interpret = cfg.interpret,
                       .name = "matmul",
                       .compiler_params = cfg.compiler_params,

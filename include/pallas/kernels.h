@@ -10,6 +10,10 @@ namespace pallas::kernels {
 // for 16-bit inputs); tuned_matmul also tries 128 x 256, cuBLAS' tile, faster on sm_90.
 struct MatmulConfig {
   int64_t block_m = 128, block_n = 128, block_k = 64;
+  // > 1: a 1-D grid whose programs walk the output blocks group_m block rows at a time, down
+  // each column of the group (Triton's and Pallas' grouped order), so programs that run together
+  // share A and B blocks in L2; 0 or 1: a 2-D grid in row-major order.
+  int64_t group_m = 8;
   CompilerParams compiler_params = {.num_warps = 8};
   bool interpret = false;
 };
