@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 import sys
+import time
 
 
 def emit(**kw):
@@ -26,6 +27,19 @@ def torch_time(fn, reps=30, warmup=5):
         b.record()
         b.synchronize()
         ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def jtime(f, *args, reps=30):
+    """Median wall time of a jitted JAX call, ms (block_until_ready around each)."""
+    import jax
+    r = f(*args)
+    jax.block_until_ready(r)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*args))
+        ts.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(ts)
 
 
@@ -108,7 +122,13 @@ def torch_anchors():
     torch.backends.cuda.matmul.allow_tf32 = False
     emit(workload=f"f32 (tf32) matmul {s}^3", impl="torch cuBLAS", ms=ms, tflops=2 * s**3 / ms / 1e9)
     del p, q, pf, qf
+    torch_attention_anchors()
+
+
+def torch_attention_anchors():
+    import torch
     from torch.nn.attention import sdpa_kernel, SDPBackend
+    dev = "cuda"
     # (B, H, S, D, and whether the causal case runs too)
     for B, H, S, D, causals in ((8, 16, 2048, 64, (False,)), (4, 16, 4096, 128, (False, True)), (4, 16, 4096, 256, (False,))):
         q = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
@@ -131,17 +151,6 @@ def jax_pallas_anchors():
     import jax
     import jax.numpy as jnp
     from jax.experimental import pallas as pl
-    import time
-
-    def jtime(f, *args, reps=30):
-        r = f(*args)
-        jax.block_until_ready(r)
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            ts.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(ts)
 
     n = 1 << 28
     x = jnp.ones((n,), jnp.float32)
@@ -162,6 +171,13 @@ def jax_pallas_anchors():
     ms = jtime(g, t, t, reps=200)
     emit(workload="steady-state tiny call", impl="jax pallas", us=ms * 1e3)
     del x, y
+    jax_attention_anchors()
+
+
+def jax_attention_anchors():
+    import jax
+    import jax.numpy as jnp
+
     # JAX Pallas' own flash attention for GPUs (ops/gpu/attention.py: the Triton lowering), the
     # issue's anchor for attention; its inputs are (batch, seq, heads, head_dim)
     from jax.experimental.pallas.ops.gpu import attention as pallas_attention
@@ -258,8 +274,10 @@ def triton_anchors():
 
 
 if __name__ == "__main__":
+    # `attention` alone: torch's (cuDNN, FA2) and JAX Pallas' attention rows only
     which = sys.argv[1:] or ["torch", "triton", "jax"]
-    for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors)):
+    for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors),
+                     ("attention", lambda: (torch_attention_anchors(), jax_attention_anchors()))):
         if name in which:
             try:
                 fn()

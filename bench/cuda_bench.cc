@@ -410,7 +410,8 @@ int main() {
   using bench::AttentionCase;
   for (AttentionCase c : {AttentionCase{8, 16, 2048, 64, 64, 64, 4}, AttentionCase{8, 16, 2048, 64, 128, 64, 8},
                           AttentionCase{8, 16, 2048, 64, 128, 128, 8}, AttentionCase{4, 16, 4096, 128, 128, 64, 8},
-                          AttentionCase{4, 16, 4096, 128, 128, 64, 8, true}, AttentionCase{4, 16, 4096, 256, 64, 64, 4}}) {
+                          AttentionCase{4, 16, 4096, 128, 128, 64, 8, true}, AttentionCase{4, 16, 4096, 128, 128, 128, 8},
+                          AttentionCase{4, 16, 4096, 128, 128, 128, 8, true}, AttentionCase{4, 16, 4096, 256, 64, 64, 4}}) {
     if (!section("attention")) break;
     pl::Call k = bench::attention(c);
     pl::Shape sh{c.B, c.H, c.S, c.D};

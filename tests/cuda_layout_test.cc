@@ -242,6 +242,44 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
             "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
 }
 
+// With two warpgroups (8 warps, 128 query rows) the rotated loop's warpgroups take turns
+// (FA3's ping-pong): each waits on its named barrier before issuing its dots and arrives on the
+// other's right after, so one's softmax runs while the other's dots hold the tensor cores. The
+// last warpgroup opens the first turn and warpgroup 0 takes the last arrival after the loop.
+TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
+  pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 128, .block_k = 64, .compiler_params = {.num_warps = 8}});
+  pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
+  k.trace({s, s, s});
+  pallas::cuda::Lowered L = pallas::cuda::lower(k.state()->get_traced(), "sm_90a");
+  EXPECT_EQ(L.dots_text,
+            "loop: operand bf16[128,64] stays in shared memory (K-major)\n"
+            "loop: 3 stages, 4 buffers of 16384 bytes, copies 2 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration\n"
+            "  pipelined by TMA: operand B (bf16[64,64], K-major) of the dot giving f32[128,64]\n"
+            "  pipelined by TMA: operand B (bf16[64,64], MN-major) of the dot giving f32[128,64]\n"
+            "warpgroups take turns: 2 issue their dots one after another (named barriers 1..2)\n"
+            "loop rotated: the second dot of each iteration is issued after the first dot of the next\n"
+            "dot bf16[128,64] x bf16[64,64]^T: wgmma m64n64k16, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n"
+            "dot bf16[128,64] x bf16[64,64]: wgmma m64n64k16, 2 tile(s) over 2 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
+  // every barrier balanced: one opening arrival, one sync and one arrival a turn, one closing sync
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = L.source.find(what); at != std::string::npos; at = L.source.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("bar.arrive 1, 256"), 1u);
+  EXPECT_EQ(count("bar.sync %0, 256"), 1u);
+  EXPECT_EQ(count("bar.arrive %0, 256"), 2u);  // after the second dot, and in iteration lo (no second dot)
+  EXPECT_EQ(count("bar.sync 1, 256"), 1u);
+  // off for one warpgroup, and on request
+  pl::Call one = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
+  one.trace({s, s, s});
+  EXPECT_EQ(pallas::cuda::lower(one.state()->get_traced(), "sm_90a").dots_text.find("take turns"), std::string::npos);
+  setenv("PALLAS_NO_PINGPONG", "1", 1);
+  std::string off = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text;
+  unsetenv("PALLAS_NO_PINGPONG");
+  EXPECT_EQ(off.find("take turns"), std::string::npos);
+}
+
 // The generated code points back to the kernel's source: a #line directive with the line of
 // each named op before its code (NVRTC messages and -lineinfo's line table then name the
 // kernel's file and line), and an NVRTC error at such a line is shown where the code
@@ -452,11 +490,16 @@ TEST(CudaLayout, WgmmaLoopsAreNotSerialised) {
     EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
     EXPECT_NE(log.find("Used "), std::string::npos) << log;  // the report is there
   }
-  pl::Call att = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
-  pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
-  att.trace({s, s, s});
-  std::string log = report(att);
-  EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
+  for (int warps : {4, 8}) {  // one warpgroup, and two taking turns
+    SCOPED_TRACE(warps);
+    pl::Call att = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 16 * warps, .block_k = 64, .compiler_params = {.num_warps = warps}});
+    pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
+    att.trace({s, s, s});
+    std::string log = report(att);
+    EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
+    EXPECT_EQ(log.find("C7515"), std::string::npos) << log;
+    EXPECT_EQ(log.find("C7517"), std::string::npos) << log;
+  }
 }
 
 // PALLAS_PTXAS_REPORT=1 prints ptxas' report of each kernel compiled, named, on stderr.

@@ -8,6 +8,8 @@
 // their row statistics go through the blocked layout).
 #include "tests/test_util.h"
 
+#include "pallas/kernels.h"
+
 namespace pt {
 namespace {
 
@@ -198,6 +200,30 @@ TEST(FragmentValues, OnlineSoftmaxLoopCarriesRowStatistics) {
     pl::Array out = call(make_array(qv, {M, D}, pl::bf16), make_array(kv, {S, D}, pl::bf16), make_array(vv, {S, D}, pl::bf16));
     auto want = attention_ref(qv, kv, vv, M, S, D, 1.0, [](int64_t i, int64_t j) { return i * 2 >= j; }, [](double p) { return p; });
     EXPECT_TRUE(close(to_doubles(out), want, 1e-2, false));
+  }
+}
+
+// The library's flash attention with 128 query rows over two warpgroups (8 warps): on sm_90a
+// its loop is rotated and the warpgroups take turns issuing their dots (named barriers,
+// rotation.h); causal programs run loops of different lengths. Each head against a double
+// reference.
+TEST(FragmentValues, FlashAttentionOverTwoWarpgroups) {
+  const int64_t H = 2, S = 512, D = 64;
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal);
+    auto qv = with_edges(uniform(H * S * D, 91, -1, 1), pl::bf16, false), kv = with_edges(uniform(H * S * D, 92, -1, 1), pl::bf16, false),
+         vv = with_edges(uniform(H * S * D, 93, -1, 1), pl::bf16, false);
+    pl::Call call = pl::kernels::flash_attention(1, H, S, D, pl::bf16,
+                                                 {.block_q = 128, .block_k = 64, .causal = causal, .compiler_params = {.num_warps = 8}});
+    pl::Shape sh{1, H, S, D};
+    std::vector<double> out = to_doubles(call(make_array(qv, sh, pl::bf16), make_array(kv, sh, pl::bf16), make_array(vv, sh, pl::bf16)));
+    for (int64_t h = 0; h < H; ++h) {
+      SCOPED_TRACE(h);
+      auto head = [&](const std::vector<double>& x) { return std::vector<double>(x.begin() + h * S * D, x.begin() + (h + 1) * S * D); };
+      auto want = attention_ref(head(qv), head(kv), head(vv), S, S, D, 1 / std::sqrt(double(D)),
+                                [&](int64_t i, int64_t j) { return !causal || i >= j; }, [](double p) { return p; });
+      EXPECT_TRUE(close(head(out), want, 1e-2, false));
+    }
   }
 }
 

@@ -123,13 +123,16 @@ class Emitter {
   // issued, `between` issues the previous iteration's second dot behind them (ending with a
   // wait for all but that group), and the second dot takes its A operand from `packed_a`, the
   // packed registers carried from the iteration before. `carry_scaled`: the loop scaled the
-  // second dot's carry already (its rule does not).
+  // second dot's carry already (its rule does not). `before_first` (right before the first
+  // dot's wgmmas) and `after_second` (right after the second dot's commit, before its wait)
+  // emit the warpgroups' turn taking, when they take turns (rotation.h).
   struct Rotation {
     const ir::Eqn* first = nullptr;
     const ir::Eqn* second = nullptr;
     std::function<void()> between;
     std::string packed_a;
     bool carry_scaled = false;
+    std::function<void()> before_first, after_second;
   };
   const Rotation* rotation = nullptr;
   // Inside a pipelined loop's body (pipeline.h): the stage buffers and resident operand tiles

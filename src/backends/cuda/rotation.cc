@@ -1,11 +1,21 @@
 // Loop rotation (rotation.h).
 #include "src/backends/cuda/rotation.h"
 
+#include <cstdlib>
+
 namespace pallas::cuda {
 using ir::PrimId;
 
+namespace {
+// The switches that turn rotation and the warpgroups' turns off, to measure them.
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+}  // namespace
+
 std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries) {
-  if (!E.wgmma || count_dots(body) != 2) return std::nullopt;
+  if (!E.wgmma || count_dots(body) != 2 || env_on("PALLAS_NO_ROTATION")) return std::nullopt;
   const FragmentCarry* fc = nullptr;
   for (const auto& c : carries)
     if (c) {
@@ -38,6 +48,12 @@ std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& bod
 bool rotation_ready(const LoopRotation& r, const LoopPipeline& p) {
   auto* z = std::get_if<ir::Var>(&r.second->in[1]);
   return p.stages && p.rotated_dot == r.second && z && !pipelined_operand_at(p, *z, "0", "0").empty();
+}
+
+int warpgroup_turns(const Emitter& E, const LoopPipeline& p) {
+  const int groups = E.nt / 128;
+  if (groups < 2 || groups > 15 || !p.barrier_free) return 0;
+  return env_on("PALLAS_NO_PINGPONG") ? 0 : groups;
 }
 
 void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,
@@ -92,6 +108,22 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   E.line("// rotated loop: iteration i issues its first dot, then iteration i - 1's second dot");
   E.line("if (" + lo + " < " + hi + ") {");
   ++E.depth;
+  // Warpgroups taking turns (named barriers 1..G): warpgroup w waits on barrier 1 + w before
+  // issuing its dots and arrives on the next one's right after, so one warpgroup's softmax
+  // runs while the next one's dots hold the tensor cores. The last warpgroup opens the first
+  // turn; warpgroup 0 takes the last arrival after the loop, so every barrier is balanced.
+  const int turns = warpgroup_turns(E, p);
+  std::string wg;
+  auto arrive_next = [&] {
+    E.line("asm volatile(\"bar.arrive %0, 256;\" :: \"r\"(1 + (" + wg + " + 1) % " + std::to_string(turns) + ") : \"memory\");");
+  };
+  if (turns) {
+    wg = E.fresh("wg");
+    E.line("const int " + wg + " = threadIdx.x >> 7;  // this warpgroup's turn");
+    E.line("if (" + wg + " == " + std::to_string(turns - 1) + ") asm volatile(\"bar.arrive 1, 256;\" ::: \"memory\");");
+    E.dots_text += "warpgroups take turns: " + std::to_string(turns) + " issue their dots one after another (named barriers 1.." +
+                   std::to_string(turns) + ")\n";
+  }
   std::string it = E.fresh("it");
   E.line("for (" + index_type + " " + it + " = " + lo + "; " + it + " < " + hi + "; ++" + it + ") {");
   ++E.depth;
@@ -109,10 +141,17 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
                           issue_second(it + " - 1", true);
                           --E.depth;
                           E.line("} else {");
-                          E.line("  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+                          ++E.depth;
+                          if (turns) arrive_next();
+                          E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+                          --E.depth;
                           E.line("}");
                         },
                         pc, /*carry_scaled=*/r.rows != nullptr};
+  if (turns) {
+    rot.before_first = [&] { E.line("asm volatile(\"bar.sync %0, 256;\" :: \"r\"(1 + " + wg + ") : \"memory\");"); };
+    rot.after_second = arrive_next;
+  }
   E.absorbed.insert(&second);
   E.dots_text += "loop rotated: the second dot of each iteration is issued after the first dot of the next\n";
   E.rotation = &rot;
@@ -123,6 +162,7 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   end_iteration();
   --E.depth;
   E.line("}");
+  if (turns) E.line("if (" + wg + " == 0) asm volatile(\"bar.sync 1, 256;\" ::: \"memory\");  // the last turn's arrival");
   // iteration hi - 1's second dot
   const std::string loop_text = E.dots_text;
   Emitter::Rotation last{nullptr, &second, {}, pc};

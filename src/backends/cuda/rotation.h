@@ -36,11 +36,17 @@ struct LoopRotation {
   std::string frag;                 // the carry's fragments
 };
 
-// The body's two dots when the loop can be rotated (before the pipeline is planned; the
+// The body's two dots when the loop can be rotated (PALLAS_NO_ROTATION=1: never, to measure it) (before the pipeline is planned; the
 // rotation also needs the second dot's B operand pipelined with its stage kept an iteration
 // longer, which `rotation_ready` checks after).
 std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries);
 bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
+
+// How many warpgroups take turns issuing the rotated loop's dots (FA3's ping-pong): all of
+// them when there are two or more and the loop has no barrier (its copies are TMA, so warps
+// meet only at the stages' mbarriers and the turns order them); else 0, none.
+// PALLAS_NO_PINGPONG=1 turns it off, to measure it.
+int warpgroup_turns(const Emitter& E, const LoopPipeline& p);
 
 // The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
 // assigns the plain (non-fragment) carries from the body's outputs at the end of an iteration.

@@ -324,6 +324,7 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     auto reg = [&](int h) { return "\"r\"(" + pa + "[(t * " + std::to_string(steps) + " + ks) * 4 + " + std::to_string(h) + "])"; };
     a_in = reg(0) + ", " + reg(1) + ", " + reg(2) + ", " + reg(3);
   }
+  if (E.rotation && E.rotation->first == &e && E.rotation->before_first) E.rotation->before_first();
   E.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
   E.line("#pragma unroll");
   E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
@@ -340,6 +341,7 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
   E.line("}");
   E.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
   if (E.wgmma_in_flight == &e) {  // the loop's next iteration (or its end) waits for it
+    if (E.rotation && E.rotation->second == &e && E.rotation->after_second) E.rotation->after_second();
     E.line("asm volatile(\"wgmma.wait_group.sync.aligned 1;\" ::: \"memory\");");
     return;
   }
