@@ -5,7 +5,7 @@
 # benchmarks beside the anchors. Logs go to $OUT.
 # Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop,ncu,compile,ab;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
-# cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_NO_PINGPONG, PALLAS_NO_ROTATION and the fast path); `regress` runs only the fuzzer's regression tests and the
+# cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_PINGPONG, PALLAS_NO_ROTATION and the fast path); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
 # interop/ against build-gpu's libpallas.a and runs their tests on the GPU). FUZZ_COUNT and FUZZ_SECONDS size the
 # campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
@@ -93,8 +93,8 @@ if has kernels; then  # the user-written kernels of cuda_bench (the general comp
   # ANCHORS=0 skips the anchors; ANCHORS=attention (or torch, triton, jax, a space-separated list) runs those only
   [ "${ANCHORS:-1}" = 0 ] || timeout 200 python3 bench/anchors.py $([ "${ANCHORS:-1}" = 1 ] || echo "$ANCHORS") 2>&1 | tee "$OUT/anchors.txt" | tail -40
 fi
-if has ab; then  # the attention rows with each scheduling switch off in turn, and through the sm_90a fast path
-  for mode in default PALLAS_NO_PINGPONG PALLAS_NO_ROTATION fast_path; do
+if has ab; then  # the attention rows with each scheduling switch flipped in turn, and through the sm_90a fast path
+  for mode in default PALLAS_PINGPONG PALLAS_NO_ROTATION fast_path; do
     case $mode in
       default) env PALLAS_NO_FAST_PATHS=1 CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
       fast_path) env CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;

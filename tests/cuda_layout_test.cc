@@ -247,6 +247,7 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
 // other's right after, so one's softmax runs while the other's dots hold the tensor cores. The
 // last warpgroup opens the first turn and warpgroup 0 takes the last arrival after the loop.
 TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
+  setenv("PALLAS_PINGPONG", "1", 1);  // opt-in until timed on a GPU (rotation.h)
   pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 128, .block_k = 64, .compiler_params = {.num_warps = 8}});
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});
@@ -270,13 +271,12 @@ TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
   EXPECT_EQ(count("bar.sync %0, 256"), 1u);
   EXPECT_EQ(count("bar.arrive %0, 256"), 2u);  // after the second dot, and in iteration lo (no second dot)
   EXPECT_EQ(count("bar.sync 1, 256"), 1u);
-  // off for one warpgroup, and on request
+  // off for one warpgroup, and unless requested
   pl::Call one = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
   one.trace({s, s, s});
   EXPECT_EQ(pallas::cuda::lower(one.state()->get_traced(), "sm_90a").dots_text.find("take turns"), std::string::npos);
-  setenv("PALLAS_NO_PINGPONG", "1", 1);
+  unsetenv("PALLAS_PINGPONG");
   std::string off = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text;
-  unsetenv("PALLAS_NO_PINGPONG");
   EXPECT_EQ(off.find("take turns"), std::string::npos);
 }
 
@@ -490,6 +490,7 @@ TEST(CudaLayout, WgmmaLoopsAreNotSerialised) {
     EXPECT_EQ(log.find("C7514"), std::string::npos) << log;
     EXPECT_NE(log.find("Used "), std::string::npos) << log;  // the report is there
   }
+  setenv("PALLAS_PINGPONG", "1", 1);
   for (int warps : {4, 8}) {  // one warpgroup, and two taking turns
     SCOPED_TRACE(warps);
     pl::Call att = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 16 * warps, .block_k = 64, .compiler_params = {.num_warps = warps}});
@@ -500,6 +501,7 @@ TEST(CudaLayout, WgmmaLoopsAreNotSerialised) {
     EXPECT_EQ(log.find("C7515"), std::string::npos) << log;
     EXPECT_EQ(log.find("C7517"), std::string::npos) << log;
   }
+  unsetenv("PALLAS_PINGPONG");
 }
 
 // PALLAS_PTXAS_REPORT=1 prints ptxas' report of each kernel compiled, named, on stderr.

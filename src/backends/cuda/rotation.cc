@@ -7,7 +7,7 @@ namespace pallas::cuda {
 using ir::PrimId;
 
 namespace {
-// The switches that turn rotation and the warpgroups' turns off, to measure them.
+// The switches for rotation (off) and the warpgroups' turns (on), to measure them.
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::string(v) != "0";
@@ -53,7 +53,7 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p) {
 int warpgroup_turns(const Emitter& E, const LoopPipeline& p) {
   const int groups = E.nt / 128;
   if (groups < 2 || groups > 15 || !p.barrier_free) return 0;
-  return env_on("PALLAS_NO_PINGPONG") ? 0 : groups;
+  return env_on("PALLAS_PINGPONG") ? groups : 0;  // opt-in until measured on a GPU
 }
 
 void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,

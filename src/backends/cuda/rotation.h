@@ -45,7 +45,8 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 // How many warpgroups take turns issuing the rotated loop's dots (FA3's ping-pong): all of
 // them when there are two or more and the loop has no barrier (its copies are TMA, so warps
 // meet only at the stages' mbarriers and the turns order them); else 0, none.
-// PALLAS_NO_PINGPONG=1 turns it off, to measure it.
+// Opt-in (PALLAS_PINGPONG=1) until it has run and been timed on a GPU: it compiles (ptxas
+// reports no serialised wgmma) and the interpreter-vs-GPU test exists, but no GPU was lent.
 int warpgroup_turns(const Emitter& E, const LoopPipeline& p);
 
 // The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
