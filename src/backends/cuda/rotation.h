@@ -36,9 +36,9 @@ struct LoopRotation {
   std::string frag;                 // the carry's fragments
 };
 
-// The body's two dots when the loop can be rotated (PALLAS_NO_ROTATION=1: never, to measure it) (before the pipeline is planned; the
+// The body's two dots when the loop can be rotated (before the pipeline is planned; the
 // rotation also needs the second dot's B operand pipelined with its stage kept an iteration
-// longer, which `rotation_ready` checks after).
+// longer, which `rotation_ready` checks after). PALLAS_NO_ROTATION=1: never, to measure it.
 std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries);
 bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 
@@ -46,7 +46,8 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 // them when there are two or more and the loop has no barrier (its copies are TMA, so warps
 // meet only at the stages' mbarriers and the turns order them); else 0, none.
 // Opt-in (PALLAS_PINGPONG=1) until it has run and been timed on a GPU: it compiles (ptxas
-// reports no serialised wgmma) and the interpreter-vs-GPU test exists, but no GPU was lent.
+// reports no serialised wgmma), and FragmentValues.FlashAttentionOverTwoWarpgroups checks it
+// against the interpreter when run with PALLAS_PINGPONG=1 on a GPU, which no session has yet.
 int warpgroup_turns(const Emitter& E, const LoopPipeline& p);
 
 // The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
