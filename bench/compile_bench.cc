@@ -124,7 +124,9 @@ int main() {
                                MatmulCase{"bf16_matmul_edge", pl::bf16, false, false, Epilogue::None, 4000, 4000, 4096},
                                MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epilogue::None, 4096, 4096, 4096},
                                MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096},
-                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256}})
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 128, 128, 128},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256, 128, 128}})
   {
     std::vector<pl::ShapeDtype> in = {pl::ShapeDtype(mc.ta ? pl::Shape{mc.K, mc.M} : pl::Shape{mc.M, mc.K}, mc.t),
                                       pl::ShapeDtype(mc.tb ? pl::Shape{mc.N, mc.K} : pl::Shape{mc.K, mc.N}, mc.t)};

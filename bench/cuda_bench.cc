@@ -301,7 +301,10 @@ int main() {
                                MatmulCase{"f16_matmul", pl::f16, false, false, Epilogue::None, 4096, 4096, 4096, 256},
                                MatmulCase{"f32_tf32_matmul", pl::f32, false, false, Epilogue::None, 4096, 4096, 4096},
                                MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096},
-                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256}}) {
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256},
+                               // 128 K a block: a whole 128-byte swizzle row of i8, as Triton's int8 configs take
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 128, 128, 128},
+                               MatmulCase{"i8_matmul", pl::i8, false, false, Epilogue::None, 4096, 4096, 4096, 256, 128, 128}}) {
     if (!section("matmul")) break;
     const int64_t M = mc.M, N = mc.N, K = mc.K;
     const bool ta = mc.ta, tb = mc.tb;

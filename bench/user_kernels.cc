@@ -82,7 +82,7 @@ pl::Call gelu_mul(int64_t n, int64_t block) {
 
 std::string MatmulCase::label() const {
   std::string shape = M == N && N == K ? std::to_string(M) + "^3" : std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
-  return std::string(name) + "_" + shape + "_" + std::to_string(bm) + "x" + std::to_string(bn) +
+  return std::string(name) + "_" + shape + "_" + std::to_string(bm) + "x" + std::to_string(bn) + (bk ? "x" + std::to_string(bk) : "") +
          (group_m ? "_grouped" + std::to_string(group_m) : "");
 }
 

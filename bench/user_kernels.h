@@ -38,7 +38,7 @@ struct MatmulCase {
   // > 0: a 1-D grid in groups of group_m block rows (Triton's and Pallas' "grouped" program
   // order, written in the index maps), so programs running together share A and B blocks in L2.
   int64_t group_m = 0;
-  std::string label() const;  // name_shape_bmxbn
+  std::string label() const;  // name_shape_bmxbn[xbk]
 };
 pl::Call matmul(const MatmulCase& c);
 pl::Call batched_matmul(int64_t B, int64_t M, int64_t N, int64_t K, int64_t bn = 128);  // bf16, the batch a grid axis

@@ -128,21 +128,23 @@ TEST(CudaLayout, ColumnsMasksAndIndexArraysStayScalar) {
 // loop is not pipelined at all. (K-major tiles hold whole 128-byte rows: K = 32 takes 64.)
 // A dot that accumulates into a fragment carry stays in flight across iterations and takes one
 // more buffer than num_stages, when it fits.
-// dots_of: the dots text of a K loop of bf16/f16/f32 dots over 128 x bn blocks, lowered for arch.
+// dots_of: the dots text of a K loop of bf16/f16/f32/i8 dots over 128 x bn blocks, lowered for
+// arch (i8 accumulates and stores i32).
 std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int stages, int64_t bn = 128, int warps = 4,
                     const std::string& arch = "sm_90a", bool tensor_maps = true) {
   int64_t n = 512, bm = 128;
+  const pl::DType acc_t = t == pl::i8 ? pl::i32 : pl::f32, out_t = t == pl::i8 ? pl::i32 : t;
   auto call = pl::pallas_call(
       [=](pl::Ref a, pl::Ref b, pl::Ref o) {
-        pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, pl::f32)), [&](pl::Value k, pl::Value acc) {
+        pl::Value acc = pl::fori_loop(0, int(n / bk), pl::Value(pl::zeros({bm, bn}, acc_t)), [&](pl::Value k, pl::Value acc) {
           pl::Value y = tb ? b(pl::all, pl::ds(k * bk, bk)) : b(pl::ds(k * bk, bk), pl::all);
           pl::Value d = pl::dot(a(pl::all, pl::ds(k * bk, bk)), y, {.trans_b = tb});
-          if (write_in_loop) o[pl::all] = d.astype(t);
+          if (write_in_loop) o[pl::all] = d.astype(out_t);
           return acc + d;
         });
-        o[pl::all] = acc.astype(t);
+        o[pl::all] = acc.astype(out_t);
       },
-      pl::ShapeDtype({n, n}, t),
+      pl::ShapeDtype({n, n}, out_t),
       {.grid = {n / bm, n / bn},
        .in_specs = {pl::BlockSpec({bm, n}, [](pl::Value i, pl::Value j) { return pl::idx(i, 0); }),
                     tb ? pl::BlockSpec({bn, n}, [](pl::Value i, pl::Value j) { return pl::idx(j, 0); })
@@ -219,6 +221,30 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "  pipelined by TMA: operand B (bf16[128,128], MN-major) of the dot giving f32[128,128]\n"
             "dot bf16[128,128] x bf16[128,128]: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B MN-major in shared memory\n");
   EXPECT_EQ(dots_of(128, pl::bf16, false, false, 4, 256).substr(0, 54), "loop: 2 stages, 2 buffers of 98304 bytes, copies 1 ite");
+  // i8 (wgmma reads 8-bit operands K-major only): B with rows K lands by TMA as loaded in a
+  // staging region and every thread moves 4 x 4-byte blocks of it into the K-major tile,
+  // transposing them in registers; the dot stays in flight (the stage's own tile is written)
+  EXPECT_EQ(dots_of(128, pl::i8, false, false, 3, 128, 8),
+            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
+            "  pipelined by TMA: operand A (i8[128,128], K-major) of the dot giving i32[128,128]\n"
+            "  pipelined by TMA into a staging region, moved into its transposed place in 4 x 4-byte blocks: operand B (i8[128,128], K-major) of the dot giving i32[128,128]\n"
+            "dot i8[128,128] x i8[128,128]: wgmma m64n128k32, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
+  // 64 bytes of K: A's rows are less than a TMA box (cp.async); B's staging holds 64 rows
+  auto starts = [](const std::string& s, const std::string& prefix) { return s.substr(0, prefix.size()) == prefix ? prefix : s; };
+  const std::string i8_bk64 =
+            "loop: 3 stages, 4 buffers of 40960 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
+            "  pipelined by cp.async: operand A (i8[128,64], K-major) of the dot giving i32[128,128]\n"
+            "  pipelined by TMA into a staging region, moved into its transposed place in 4 x 4-byte blocks: operand B (i8[64,128], K-major) of the dot giving i32[128,128]\n";
+  EXPECT_EQ(starts(dots_of(64, pl::i8, false, false, 3, 128, 8), i8_bk64), i8_bk64);
+  // x·Wᵀ: B is K-major as loaded, no barrier per iteration
+  const std::string i8_x_wt = "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, no barrier per iteration\n";
+  EXPECT_EQ(starts(dots_of(128, pl::i8, true, false, 3, 128, 8), i8_x_wt), i8_x_wt);
+  // without TMA (AOT kernels) an 8-bit B with rows K has no asynchronous copy: it goes through
+  // registers to its tile each iteration, and only A is pipelined
+  EXPECT_EQ(dots_of(128, pl::i8, false, false, 3, 128, 8, "sm_90a", false),
+            "loop: 3 stages, 3 buffers of 16384 bytes, copies 2 iteration(s) ahead\n"
+            "  pipelined by cp.async: operand A (i8[128,128], K-major) of the dot giving i32[128,128]\n"
+            "dot i8[128,128] x i8[128,128]: wgmma m64n128k32, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B K-major written to shared memory\n");
   EXPECT_EQ(dots_of(256, pl::bf16, false, false, 4, 256).substr(0, 4), "dot ");
 }
 

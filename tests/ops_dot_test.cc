@@ -212,6 +212,46 @@ TEST(Dot, F32KLoopRoundsEveryStageToTf32) {
       }
 }
 
+// i8 K loops over 128 x 128 blocks, exact. wgmma reads 8-bit operands K-major only: on sm_90a
+// an operand whose rows are K (B as stored, or A with trans_a) lands by TMA as loaded in a
+// staging region and is moved into its K-major tile in 4 x 4-byte blocks transposed in
+// registers (pipeline.h); bk = 64 and 128 (64 and 128 bytes of K a row), the edge rows of the
+// value range included.
+TEST(Dot, I8KLoopTransposesOperandsWithRowsK) {
+  for (int64_t bk : {64, 128})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE("bk=" + std::to_string(bk) + (ta ? ", A transposed" : "") + (tb ? ", B transposed" : ""));
+        const int64_t M = 256, K = 256, N = 256, bm = 128, bn = 128;
+        auto a8 = random_ints<int8_t>(M * K, 31), b8 = random_ints<int8_t>(K * N, 32);
+        pl::Array a = pl::Array::from_vector(a8, ta ? pl::Shape{K, M} : pl::Shape{M, K});
+        pl::Array b = pl::Array::from_vector(b8, tb ? pl::Shape{N, K} : pl::Shape{K, N});
+        auto call = pl::pallas_call(
+            [=](pl::Ref ar, pl::Ref br, pl::Ref cr) {
+              pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({bm, bn}, pl::i32), [&](pl::Value k, pl::Value acc) {
+                pl::Value x = ta ? ar(pl::ds(k * bk, bk), pl::all) : ar(pl::all, pl::ds(k * bk, bk));
+                pl::Value y = tb ? br(pl::all, pl::ds(k * bk, bk)) : br(pl::ds(k * bk, bk), pl::all);
+                return acc + pl::dot(x, y, {.trans_a = ta, .trans_b = tb});
+              });
+              cr[pl::all] = acc;
+            },
+            pl::ShapeDtype({M, N}, pl::i32),
+            {.grid = {M / bm, N / bn},
+             .in_specs = {ta ? pl::BlockSpec({K, bm}, [](pl::Value i, pl::Value) { return pl::idx(0, i); })
+                             : pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
+                          tb ? pl::BlockSpec({bn, K}, [](pl::Value, pl::Value j) { return pl::idx(j, 0); })
+                             : pl::BlockSpec({K, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
+             .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+             .name = "i8_kloop",
+             .compiler_params = {.num_warps = 8, .num_stages = 3}});
+        pl::Array c = call(a, b);
+        std::vector<double> ad(a8.begin(), a8.end()), bd(b8.begin(), b8.end());
+        auto want = ref_dot(ad, bd, M, K, N, ta, tb);
+        std::vector<int32_t> wi(want.begin(), want.end());
+        EXPECT_TRUE(equal(c.to_vector<int32_t>(), wi));
+      }
+}
+
 // A K loop whose accumulator is rescaled row by row before each dot, as flash attention does:
 // acc = acc * r[:, None] + dot(a_k, b_k), r computed in the body from the loop index (once
 // before the dot, once through a reshape after it, in IR order). On the CUDA backend the

@@ -91,7 +91,7 @@ void foreach_transposed_chunk(Emitter& E, const PipelinedLoad& l, const std::fun
 // The rows of one TMA box's destination (each box is 128 bytes wide): the tile's rows, or
 // the load's own where it lands in a staging region.
 int64_t box_rows(const PipelinedLoad& l) {
-  if (l.tf32 == PipelinedLoad::Tf32::TmaStaged) return l.load->out[0].aval.shape[0];
+  if (l.landing == PipelinedLoad::Landing::TmaStaged) return l.load->out[0].aval.shape[0];
   return l.tile.k_major ? l.tile.mn : l.tile.kp;
 }
 
@@ -100,8 +100,8 @@ int64_t box_rows(const PipelinedLoad& l) {
 SwizzledTile staging_tile(const PipelinedLoad& l) {
   const Shape& s = l.load->out[0].aval.shape;
   SwizzledTile t;
-  t.k_major = true, t.item = 4, t.mn = s[0], t.kp = s[1];
-  t.bytes = static_cast<size_t>(s[0] * s[1] * 4);
+  t.k_major = true, t.item = static_cast<int64_t>(itemsize(l.load->out[0].aval.dtype)), t.mn = s[0], t.kp = s[1];
+  t.bytes = static_cast<size_t>(s[0] * s[1] * t.item);
   return t;
 }
 
@@ -118,7 +118,7 @@ bool plan_tma(const Emitter& E, PipelinedLoad& l) {
   const Shape& s = load.out[0].aval.shape;
   int64_t item = static_cast<int64_t>(itemsize(t)), per_box = 128 / item;
   size_t rank = r.array_shape.size();
-  if ((item != 1 && item != 2 && !(item == 4 && l.tf32 != PipelinedLoad::Tf32::None)) || s.size() != 2 || rank > 5 || s[0] > 256 || s[1] % per_box || (r.array_shape.back() * item) % 16) return false;
+  if ((item != 1 && item != 2 && !(item == 4 && l.landing != PipelinedLoad::Landing::Straight)) || s.size() != 2 || rank > 5 || s[0] > 256 || s[1] % per_box || (r.array_shape.back() * item) % 16) return false;
   const auto& ix = load.params.get<ir::NDIndexer>("idx");
   if (ix.dims.size() != r.array_dim.size()) return false;
   std::vector<int> slices;  // the array dims of the load's slices, in order
@@ -194,7 +194,7 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
     std::string dst = "(" + p.base + " + (" + stage + ") * " + std::to_string(p.stage_bytes) + " + " + std::to_string(l.off) + ")";
     int64_t cols = l.load->out[0].aval.shape[1];
     const SwizzledTile& L = l.tile;
-    if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
+    if (l.landing == PipelinedLoad::Landing::Transposed) {
       foreach_transposed_chunk(E, l, [&] {
         E.line("#pragma unroll");
         E.line("for (int q = 0; q < 4; ++q) { const int tk = tkc * 4 + ((q + (threadIdx.x >> 3)) & 3), e = tk * " + std::to_string(cols) + " + tn;");
@@ -245,15 +245,20 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       // contiguous dimension, except f32 ones, which may transpose word by word (or be staged)
       if (!tile || kpad != 0) continue;
       bool straight = l.rows_are_mn == tile->k_major, vectorised = async_loadable(E, load);
-      using Tf32 = PipelinedLoad::Tf32;
+      using Landing = PipelinedLoad::Landing;
+      const Shape& ls = load.out[0].aval.shape;
       if (load.out[0].aval.dtype != DType::F32) {
-        if (!straight || !vectorised) continue;
+        // 8-bit with rows K: by TMA into a staging region, then transposed (TmaStaged below)
+        if (!straight && tile->k_major && vectorised && itemsize(load.out[0].aval.dtype) == 1 && ls.size() == 2 && ls[0] % 64 == 0 && ls[1] % 64 == 0)
+          l.landing = Landing::Transposed;
+        else if (!straight || !vectorised)
+          continue;
       } else if (straight && vectorised) {
-        l.tf32 = Tf32::InPlace;
+        l.landing = Landing::InPlace;
       } else if (!straight && transposable(load)) {
-        l.tf32 = Tf32::Transposed;  // (TmaStaged below where TMA takes it)
+        l.landing = Landing::Transposed;  // (TmaStaged below where TMA takes it)
       } else if (vectorised) {
-        l.tf32 = Tf32::Staged;
+        l.landing = Landing::Staged;
       } else {
         continue;
       }
@@ -266,19 +271,22 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       l.operand = i;
       l.tile = *tile;
       l.off = p.stage_bytes;
-      size_t staging = static_cast<size_t>(load.out[0].aval.size()) * 4;
+      size_t staging = static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
       auto align = [](size_t b) { return (b + 1023) & ~size_t{1023}; };
-      if (l.tf32 == Tf32::Transposed) {  // by TMA if it takes the load as it is laid out
-        l.tf32 = Tf32::TmaStaged;
-        if (!plan_tma(E, l)) l.tf32 = Tf32::Transposed;
+      if (l.landing == Landing::Transposed) {  // by TMA if it takes the load as it is laid out
+        l.landing = Landing::TmaStaged;
+        if (!plan_tma(E, l)) {
+          if (load.out[0].aval.dtype != DType::F32) continue;  // 8-bit: no word-by-word copy
+          l.landing = Landing::Transposed;
+        }
       }
-      if (l.tf32 == Tf32::TmaStaged) {
+      if (l.landing == Landing::TmaStaged) {
         l.tma = true;
         l.tile_off = l.off + align(staging);
         p.stage_bytes += align(staging) + align(tile->bytes);
       } else {
         p.stage_bytes += align(l.staged() ? staging : tile->bytes);
-        l.tma = (l.tf32 == Tf32::None || l.tf32 == Tf32::InPlace) && plan_tma(E, l);
+        l.tma = (l.landing == Landing::Straight || l.landing == Landing::InPlace) && plan_tma(E, l);
       }
       if (l.tma)
         p.tma_bytes += static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
@@ -300,7 +308,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot) &&
       !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
-  p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.tf32 == PipelinedLoad::Tf32::None; });
+  p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.landing == PipelinedLoad::Landing::Straight; });
   // a rotated loop's second dot reads its stage one iteration later (rotation.h)
   const ir::Eqn* rotated = nullptr;
   for (const PipelinedLoad& l : p.loads)
@@ -319,13 +327,15 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   return LoopPipeline();
 }
 
-static std::string tf32_text(PipelinedLoad::Tf32 t) {
-  switch (t) {
-    case PipelinedLoad::Tf32::None: return "";
-    case PipelinedLoad::Tf32::InPlace: return ", rounded to tf32 in place";
-    case PipelinedLoad::Tf32::Transposed: return " word by word into its transposed place, rounded to tf32 in place";
-    case PipelinedLoad::Tf32::Staged: return " through a staging tile, rounded to tf32 each iteration";
-    case PipelinedLoad::Tf32::TmaStaged: return " into a staging region, rounded to tf32 into its transposed place";
+static std::string landing_text(const PipelinedLoad& l) {
+  if (l.landing == PipelinedLoad::Landing::TmaStaged && l.load->out[0].aval.dtype != DType::F32)
+    return " into a staging region, moved into its transposed place in 4 x 4-byte blocks";
+  switch (l.landing) {
+    case PipelinedLoad::Landing::Straight: return "";
+    case PipelinedLoad::Landing::InPlace: return ", rounded to tf32 in place";
+    case PipelinedLoad::Landing::Transposed: return " word by word into its transposed place, rounded to tf32 in place";
+    case PipelinedLoad::Landing::Staged: return " through a staging tile, rounded to tf32 each iteration";
+    case PipelinedLoad::Landing::TmaStaged: return " into a staging region, rounded to tf32 into its transposed place";
   }
   return "";
 }
@@ -370,7 +380,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
-    E.dots_text += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + tf32_text(l.tf32) + ": operand " +
+    E.dots_text += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + landing_text(l) + ": operand " +
                    (l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") +
                    ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
 }
@@ -383,7 +393,7 @@ static std::string stage_at(const LoopPipeline& p, const std::string& it, const 
 
 std::string pipelined_operand_at(const LoopPipeline& p, const ir::Var& v, const std::string& it, const std::string& lo) {
   for (const PipelinedLoad& l : p.loads)
-    if (l.load->out[0].id == v.id) return stage_at(p, it, lo, l.tf32 == PipelinedLoad::Tf32::TmaStaged ? l.tile_off : l.off);
+    if (l.load->out[0].id == v.id) return stage_at(p, it, lo, l.landing == PipelinedLoad::Landing::TmaStaged ? l.tile_off : l.off);
   return "";
 }
 
@@ -391,9 +401,9 @@ std::string pipelined_operand_at(const LoopPipeline& p, const ir::Var& v, const 
 // and visible to it after its wait), before the barrier that publishes the stage.
 static void round_own_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
   for (const PipelinedLoad& l : p.loads) {
-    if (l.tma || (l.tf32 != PipelinedLoad::Tf32::InPlace && l.tf32 != PipelinedLoad::Tf32::Transposed)) continue;
+    if (l.tma || (l.landing != PipelinedLoad::Landing::InPlace && l.landing != PipelinedLoad::Landing::Transposed)) continue;
     std::string tile = stage_at(p, it, lo, l.off);
-    if (l.tf32 == PipelinedLoad::Tf32::Transposed) {
+    if (l.landing == PipelinedLoad::Landing::Transposed) {
       foreach_transposed_chunk(E, l, [&] { E.line("tf32_round_shared<4>(" + tile + " + " + l.tile.at("tn", "tkc * 4") + ");"); });
       continue;
     }
@@ -426,9 +436,9 @@ static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::strin
   std::vector<Part> parts;
   int64_t slots = 0, nt = E.nt;
   for (const PipelinedLoad& l : p.loads) {
-    if (!l.tma || l.tf32 == PipelinedLoad::Tf32::None) continue;
+    if (!l.tma || l.landing == PipelinedLoad::Landing::Straight || l.load->out[0].aval.dtype != DType::F32) continue;
     const Shape& s = l.load->out[0].aval.shape;
-    bool in_place = l.tf32 == PipelinedLoad::Tf32::InPlace;
+    bool in_place = l.landing == PipelinedLoad::Landing::InPlace;
     int64_t chunks = in_place ? static_cast<int64_t>(l.tile.bytes / 16) : s[0] * s[1] / 4;
     parts.push_back({&l, chunks, slots, stage_at(p, it, lo, l.off), stage_at(p, it, lo, in_place ? l.off : l.tile_off)});
     slots += (chunks + nt - 1) / nt;
@@ -444,18 +454,18 @@ static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::strin
       E.line("#pragma unroll");
       E.line("for (int j = 0; j < " + std::to_string((q.chunks + nt - 1) / nt) + "; ++j) { const int z = threadIdx.x + j * " + std::to_string(nt) + "; " +
              (q.chunks % nt ? "if (z < " + std::to_string(q.chunks) + ") {" : "{"));
-      if (q.l->tf32 != PipelinedLoad::Tf32::InPlace)
+      if (q.l->landing != PipelinedLoad::Landing::InPlace)
         E.line("  const int r = z % " + std::to_string(s[0]) + ", c = (z / " + std::to_string(s[0]) + ") * 4;");
       body(q, regs + "[" + std::to_string(q.first) + " + j]");
       E.line("}}");
     }
   };
   each_chunk([&](const Part& q, const std::string& v) {
-    std::string at = q.l->tf32 == PipelinedLoad::Tf32::InPlace ? "z * 16" : staging_tile(*q.l).at("r", "c");
+    std::string at = q.l->landing == PipelinedLoad::Landing::InPlace ? "z * 16" : staging_tile(*q.l).at("r", "c");
     E.line("  " + v + " = *(const float4*)(" + q.src + " + " + at + ");");
   });
   each_chunk([&](const Part& q, const std::string& v) {
-    if (q.l->tf32 == PipelinedLoad::Tf32::InPlace) {
+    if (q.l->landing == PipelinedLoad::Landing::InPlace) {
       E.line("  *(float4*)(" + q.dst + " + z * 16) = make_float4(tf32(" + v + ".x), tf32(" + v + ".y), tf32(" + v + ".z), tf32(" + v + ".w));");
       return;
     }
@@ -464,6 +474,66 @@ static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::strin
       std::string c = "c + " + std::to_string(i);
       E.line("  *(float*)(" + q.dst + " + " + (q.l->rows_are_mn ? q.l->tile.at("r", c) : q.l->tile.at(c, "r")) + ") = tf32(" + v + "." + lane[i] + ");");
     }
+  });
+  return true;
+}
+
+// After the stage's TMA copies have landed, every thread moves a share of the 8-bit operands
+// staged as loaded (rows K, columns N) into the stage's K-major tile: 4 x 4-byte blocks (rows
+// r0 .. r0 + 3, columns c0 .. c0 + 3), read as four words (one per row), transposed with byte
+// permutes into four words (one per column, its four K), written to the tile. Both sides are
+// swizzled with 128-byte rows (16-byte chunk ^ row & 7), so a 4-byte access's bank is 4 x
+// (chunk ^ row & 7) + (byte & 15) / 4. The warp's 32 lanes take 32 of the 256 blocks of a 64 x
+// 64 region, at step s (0..7) of eight: rows r0 = 4 (l0 + 2 l1 + 4 l3 + 8 l4), columns c0 = 4
+// (l2 + 2 (l3 ^ s0) + 4 (l1 ^ s1) + 8 (l4 ^ s2)) (l_i, s_i: the lane's and the step's bits), so
+// that the reads' banks (column bits 2-6 against row bits 0-2) and the writes' (row bits 2-6
+// against column bits 0-2) both take every lane bit: no bank conflicts. Every read comes
+// first, then every write (as round_tma_copies). Returns whether it wrote anything.
+static bool transpose_tma_bytes(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
+  std::vector<const PipelinedLoad*> parts;
+  int64_t slots = 0, nt = E.nt;
+  for (const PipelinedLoad& l : p.loads)
+    if (l.tma && l.landing == PipelinedLoad::Landing::TmaStaged && l.load->out[0].aval.dtype != DType::F32) {
+      parts.push_back(&l);
+      const Shape& s = l.load->out[0].aval.shape;
+      slots += (s[0] * s[1] / 16 + nt - 1) / nt;
+    }
+  if (parts.empty()) return false;
+  std::string regs = E.fresh("bt");
+  E.line("u32 " + regs + "[" + std::to_string(4 * slots) + "];");
+  auto each_block = [&](const std::function<void(const PipelinedLoad&, const std::string&)>& body) {
+    int64_t first = 0;
+    for (const PipelinedLoad* l : parts) {
+      const Shape& s = l->load->out[0].aval.shape;
+      int64_t blocks = s[0] * s[1] / 16, per = (blocks + nt - 1) / nt;
+      E.line("#pragma unroll");
+      E.line("for (int j = 0; j < " + std::to_string(per) + "; ++j) { const int u = threadIdx.x + j * " + std::to_string(nt) + "; " +
+             (blocks % nt ? "if (u < " + std::to_string(blocks) + ") {" : "{"));
+      E.line("  const int l = u & 31, st = (u >> 5) & 7, region = u >> 8;");
+      E.line("  const int r0 = (region / " + std::to_string(s[1] / 64) + ") * 64 + 4 * ((l & 1) | (l & 2) | ((l >> 1) & 4) | ((l >> 1) & 8));");
+      E.line("  const int c0 = (region % " + std::to_string(s[1] / 64) +
+             ") * 64 + 4 * (((l >> 2) & 1) | (((l >> 3) ^ st) & 1) << 1 | (((l >> 1) ^ (st >> 1)) & 1) << 2 | (((l >> 4) ^ (st >> 2)) & 1) << 3);");
+      body(*l, regs + "[" + std::to_string(4 * first) + " + 4 * j");
+      E.line("}}");
+      first += per;
+    }
+  };
+  each_block([&](const PipelinedLoad& l, const std::string& v) {
+    std::string src = stage_at(p, it, lo, l.off);
+    SwizzledTile staging = staging_tile(l);
+    for (int i = 0; i < 4; ++i)
+      E.line("  " + v + " + " + std::to_string(i) + "] = *(const u32*)(" + src + " + " + staging.at("r0 + " + std::to_string(i), "c0") + ");");
+  });
+  each_block([&](const PipelinedLoad& l, const std::string& v) {
+    std::string dst = stage_at(p, it, lo, l.tile_off);
+    auto w = [&](int i) { return v + " + " + std::to_string(i) + "]"; };
+    // t0 = (w0.b0, w1.b0, w0.b1, w1.b1), t1 = (w0.b2, w1.b2, w0.b3, w1.b3), t2, t3 likewise of
+    // w2, w3; then column j's word is (w0.bj, w1.bj, w2.bj, w3.bj)
+    E.line("  const u32 t0 = __byte_perm(" + w(0) + ", " + w(1) + ", 0x5140), t1 = __byte_perm(" + w(0) + ", " + w(1) + ", 0x7362);");
+    E.line("  const u32 t2 = __byte_perm(" + w(2) + ", " + w(3) + ", 0x5140), t3 = __byte_perm(" + w(2) + ", " + w(3) + ", 0x7362);");
+    const char* col[4] = {"__byte_perm(t0, t2, 0x5410)", "__byte_perm(t0, t2, 0x7632)", "__byte_perm(t1, t3, 0x5410)", "__byte_perm(t1, t3, 0x7632)"};
+    for (int j = 0; j < 4; ++j)
+      E.line("  *(u32*)(" + dst + " + " + l.tile.at("c0 + " + std::to_string(j), "r0") + ") = " + col[j] + ";");
   });
   return true;
 }
@@ -493,6 +563,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   if (p.tma_bytes && !p.barrier_free) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
     E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
     rounded = round_tma_copies(E, p, it, lo);
+    if (transpose_tma_bytes(E, p, it, lo)) rounded = true;
   }
   if (p.any_cp_async) {
     E.line("cp_async_wait<" + std::to_string(p.ahead - 1) + ">();");
@@ -509,7 +580,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
     std::string stage = stage_at(p, it, lo, l.off);
-    if (l.tf32 == PipelinedLoad::Tf32::TmaStaged) {
+    if (l.landing == PipelinedLoad::Landing::TmaStaged) {
       E.smem_operands[l.load->out[0].id] = stage_at(p, it, lo, l.tile_off);
       continue;
     }

@@ -10,7 +10,8 @@
 // waits on the stage's mbarrier. Otherwise every thread issues 16-byte cp.async pieces and
 // waits for its own copy groups.
 //
-// f32 operands of tf32 dots (tf32 wgmma reads K-major tiles only) are rounded to tf32 between
+// wgmma reads f32 (tf32) and 8-bit operands from K-major tiles only. f32 operands are rounded to
+// tf32 between
 // the copy's wait and the barrier at the top of the iteration that uses them (no extra
 // barrier). By TMA: a K-major operand lands in its tile and every thread rounds a share of it
 // in place; an operand whose rows are K (B of x·W, N contiguous) lands as loaded in a staging
@@ -21,6 +22,9 @@
 // place, in an order that keeps both the global reads (32-byte sectors) and the shared writes
 // (no bank conflicts) whole, and that gives each thread whole 16-byte chunks of the tile to
 // round. Shapes neither covers go through a row-major staging tile and a rounding pass.
+// An 8-bit operand whose rows are K (B of x·W in i8) lands by TMA in a staging region too; every
+// thread then moves 4 x 4-byte blocks of it into the stage's K-major tile, transposing each in
+// registers (byte permutes): four 4-byte reads, four 4-byte writes, both free of bank conflicts.
 //
 // When the body's one dot is such a wgmma, with both operands pipelined, accumulating into a
 // loop carry kept in fragments, its wait is deferred one iteration (wgmma.wait_group 1):
@@ -44,19 +48,20 @@ struct PipelinedLoad {
   SwizzledTile tile;                        // the dot's operand tile, one per stage
   bool rows_are_mn = true;
   size_t off = 0;                           // within a stage
-  // f32 operands (tf32 dots) are rounded to tf32 after the copy (to nearest, as the
-  // interpreter; wgmma would truncate), in one of three ways:
-  enum class Tf32 {
-    None,        // not f32
-    InPlace,     // copied straight into the tile, rounded there by the copying thread
-    Transposed,  // copied word by word into the K-major tile (transposing), rounded likewise
-    Staged,      // copied as loaded into a row-major staging tile; each iteration rounds it
+  // How the copy lands in the dot's tile. f32 operands (tf32 dots) are rounded to tf32 after
+  // the copy (to nearest, as the interpreter; wgmma would truncate).
+  enum class Landing {
+    Straight,    // copied straight into the tile (16- or 8-bit, laid out as the tile)
+    InPlace,     // f32, copied straight into the tile, rounded there
+    Transposed,  // f32, copied word by word into the K-major tile (transposing), rounded likewise
+    Staged,      // f32, copied as loaded into a row-major staging tile; each iteration rounds it
                  // into the dot's tile, transposing as needed (shapes the others do not take)
-    TmaStaged,   // copied by TMA as loaded into a staging region of the stage; every thread
-                 // then rounds its share into the stage's own K-major tile, transposing
+    TmaStaged,   // f32 or 8-bit, copied by TMA as loaded into a staging region of the stage;
+                 // every thread then moves its share into the stage's own K-major tile,
+                 // transposing (f32 rounded to tf32)
   };
-  Tf32 tf32 = Tf32::None;
-  bool staged() const { return tf32 == Tf32::Staged; }
+  Landing landing = Landing::Straight;
+  bool staged() const { return landing == Landing::Staged; }
   // Copied by TMA (sm_90a): one thread issues the tile's boxes (128 bytes of the contiguous
   // dimension by all the rows each), completing on the stage's mbarrier, instead of every
   // thread issuing 16-byte cp.async with its own address and bounds arithmetic.
