@@ -3,7 +3,7 @@
 // (Call::compile_for: trace, lower, NVRTC to an sm_90a cubin), then, on the generated source,
 // the lowering alone and NVRTC split into its front end (CUDA C++ -> PTX) and ptxas (the rest),
 // medians of COMPILE_BENCH_REPS (default 3), with the source size and ptxas' registers.
-// The general compiler is measured (PALLAS_NO_FAST_PATHS=1) with our disk cache off. The
+// Measured with our disk cache off. The
 // nvrtc columns never hit NVRTC's own cache (see nvrtc_ms); the first compile does on a GPU
 // machine where another process compiled the same kernel before, so run this one first there.
 // COMPILE_BENCH_ONLY=substring[,substring...] keeps the kernels whose label contains one.
@@ -83,7 +83,6 @@ bool selected(const std::string& label) {
 }  // namespace
 
 int main() {
-  setenv("PALLAS_NO_FAST_PATHS", "1", 0);
   setenv("PALLAS_NO_DISK_CACHE", "1", 1);
 
   std::setvbuf(stdout, nullptr, _IOLBF, 0);

@@ -408,8 +408,8 @@ int main() {
                 2.0 * n * n * n / ms / 1e9, r.best.str().c_str(), r.from_cache ? " (cached)" : "", 2.0 * n * n * n / ms_def / 1e9, tune_ms);
   }
   // Flash attention as a user writes it (kernels/attention.cc is written that way: online
-  // softmax over KV blocks, two pl::dot per iteration); run with PALLAS_NO_FAST_PATHS=1 it
-  // takes the general compiler, not the recognised sm_90a kernel.
+  // softmax over KV blocks, two pl::dot per iteration), through the general compiler as every
+  // kernel is.
   using bench::AttentionCase;
   for (AttentionCase c : {AttentionCase{8, 16, 2048, 64, 64, 64, 4}, AttentionCase{8, 16, 2048, 64, 128, 64, 8},
                           AttentionCase{8, 16, 2048, 64, 128, 128, 8}, AttentionCase{4, 16, 4096, 128, 128, 64, 8},

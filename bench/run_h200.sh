@@ -5,7 +5,7 @@
 # benchmarks beside the anchors. Logs go to $OUT.
 # Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop,ncu,compile,ab;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
-# cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_PINGPONG, PALLAS_NO_ROTATION and the fast path); `regress` runs only the fuzzer's regression tests and the
+# cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_PINGPONG and PALLAS_NO_ROTATION); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
 # interop/ against build-gpu's libpallas.a and runs their tests on the GPU). FUZZ_COUNT and FUZZ_SECONDS size the
 # campaign (defaults 10000 kernels, 400 s). Carry .deps (GoogleTest sources: the image has no libgtest).
@@ -41,7 +41,7 @@ if has tests; then
   grep -E "^\s+[0-9]+ - " "$OUT/ctest-gpu.log" | head -80
   awk '{i+=$2; c+=$4} END {print "kernels run in the gpu half: " c " on the GPU, " i " on the interpreter"}' "$OUT/counts.txt"
   t0=$(date +%s)
-  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
+  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|CudaLayout" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
   echo "ctest CUDA-lowering tests rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
   # the examples on the GPU: the demo, and the AOT programs (runtime only; JIT vs AOT bit for bit)
   ctest --test-dir build-gpu -j4 --timeout 240 -R "^examples\." --output-on-failure > "$OUT/ctest-examples.log" 2>&1
@@ -50,7 +50,7 @@ fi
 if has regress; then
   PALLAS_TEST_BACKEND=cuda build-gpu/tests/pallas_tests --gtest_filter='FuzzRegression.*:Atomics.*' > "$OUT/regress.log" 2>&1
   echo "regressions on the GPU rc=$?"; grep -E "PASSED|FAILED" "$OUT/regress.log" | tail -8
-  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|Sm90" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
+  ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|CudaLayout" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
   echo "ctest CUDA-lowering tests rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
 fi
 if has fuzz && [ -x build-gpu/fuzz/pallas_fuzz ]; then
@@ -88,17 +88,16 @@ if has interop; then  # the framework clients (interop/): each built against bui
     grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$OUT/interop-$client.log" | head -20
   done
 fi
-if has kernels; then  # the user-written kernels of cuda_bench (the general compiler: no sm_90a fast path) and their anchors
-  PALLAS_NO_FAST_PATHS=1 timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
+if has kernels; then  # the user-written kernels of cuda_bench and their anchors
+  timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20
   # ANCHORS=0 skips the anchors; ANCHORS=attention (or torch, triton, jax, a space-separated list) runs those only
   [ "${ANCHORS:-1}" = 0 ] || timeout 200 python3 bench/anchors.py $([ "${ANCHORS:-1}" = 1 ] || echo "$ANCHORS") 2>&1 | tee "$OUT/anchors.txt" | tail -40
 fi
-if has ab; then  # the attention rows with each scheduling switch flipped in turn, and through the sm_90a fast path
-  for mode in default PALLAS_PINGPONG PALLAS_NO_ROTATION fast_path; do
+if has ab; then  # the attention rows with each scheduling switch flipped in turn
+  for mode in default PALLAS_PINGPONG PALLAS_NO_ROTATION; do
     case $mode in
-      default) env PALLAS_NO_FAST_PATHS=1 CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
-      fast_path) env CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
-      *) env $mode=1 PALLAS_NO_FAST_PATHS=1 CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
+      default) env CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
+      *) env $mode=1 CUDA_BENCH_ONLY=attention timeout 200 build-gpu/bench/cuda_bench ;;
     esac > "$OUT/ab-$mode.txt" 2>&1
     echo "== attention, $mode (rc=$?)"; grep -E "attention" "$OUT/ab-$mode.txt" | cut -d, -f1,4,5,6
   done
@@ -108,12 +107,12 @@ if has compile; then  # first-call compile times of cuda_bench's kernels (NVRTC 
 fi
 if has ncu && command -v ncu >/dev/null; then
   # Nsight Compute on one launch of each kernel NCU names: "section:kernel-regex:launches-to-skip;..."
-  # (the cuda_bench section that runs it, general compiler; attention's 4th row, D128, is
+  # (the cuda_bench section that runs it; attention's 4th row, D128, is
   # after 3 rows of 14 launches each)
   IFS=';' read -ra specs <<< "${NCU:-attention:flash_attention:42;memory:row_argmax:0}"
   for spec in "${specs[@]}"; do
     IFS=: read -r sec rx skip <<< "$spec"
-    CUDA_BENCH_ONLY=$sec PALLAS_NO_FAST_PATHS=1 timeout 300 ncu -k "regex:$rx" --launch-skip "$skip" --launch-count 1 \
+    CUDA_BENCH_ONLY=$sec timeout 300 ncu -k "regex:$rx" --launch-skip "$skip" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       --metrics "$(for r in long_scoreboard barrier wait math_pipe_throttle mio_throttle short_scoreboard membar sleeping dispatch_stall not_selected selected lg_throttle no_instruction branch_resolving; do

@@ -170,7 +170,7 @@ TEST(GridPipelineGpuOnly, UnalignedViewRunsWithoutTensorCopies) {
 }
 
 // The same for a tensor-core matmul, whose loads otherwise go by cp.async or TMA straight into
-// the dot's tiles (and, through the library's matmul, by its sm_90a fast path): given a bf16
+// the dot's tiles: given a bf16
 // view 2 bytes past an aligned address, it gives the answer it gives aligned arrays.
 TEST(GridPipelineGpuOnly, UnalignedViewOfAMatmulOperand) {
   if (!pl::cuda_available()) GTEST_SKIP() << "needs a CUDA device";

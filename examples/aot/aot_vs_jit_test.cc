@@ -1,5 +1,5 @@
 // The same kernels through the JIT (pallas_call) and through AOT launches give the same bits
-// (both with the general lowering). Exits 77 (CTest: skipped) without a GPU.
+// (both take the general lowering, the only one). Exits 77 (CTest: skipped) without a GPU.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,7 +10,6 @@
 namespace pl = pallas;
 
 int main() {
-  setenv("PALLAS_NO_FAST_PATHS", "1", 1);  // the JIT takes the general lowering too
   if (!pl::cuda_available()) {
     std::printf("no GPU: skipped\n");
     return 77;

@@ -176,18 +176,8 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   }
   auto c = std::make_shared<Compiled>();
   c->arch = arch;
-  // The one sm_90a fast path left (the library's flash attention at D=128) first, then the
-  // general lowering. (The matmul loop's matcher is retired: the general lowering runs the
-  // library's matmul as fast at the same tile — docs/benchmarks.md, twelfth session.)
-  if (arch == "sm_90a" && aligned && !std::getenv("PALLAS_NO_FAST_PATHS")) {
-    if ((c->attention = sm90::plan_attention(call))) {
-      c->lowered.name = c->attention->entry;
-      c->lowered.source = c->attention->source;
-      c->lowered.threads = c->attention->threads;
-      c->lowered.smem_bytes = static_cast<size_t>(c->attention->smem_bytes);
-    }
-  }
-  if (!c->attention) c->lowered = lower(call, arch, tensor_maps, aligned);
+  // Every kernel, the library's and the user's, takes the general lowering: none is recognised.
+  c->lowered = lower(call, arch, tensor_maps, aligned);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
   if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())

@@ -3,12 +3,10 @@
 // version. debug or PALLAS_DUMP_DIR writes the source and PTX.
 #pragma once
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "src/backends/cuda/lower.h"
-#include "src/backends/cuda/sm90/attention_plan.h"
 
 namespace pallas::cuda {
 
@@ -18,13 +16,11 @@ struct Compiled {
   std::string cubin;
   double compile_ms = 0;  // 0 when it came from a cache
   bool from_disk = false;
-  // Set when an sm_90a fast path took the call (its kernel then has its own parameters).
-  std::optional<sm90::AttentionPlan> attention;
 };
 
 // The lowered, compiled kernel of a call (cached in memory by call hash + arch). tensor_maps and
 // aligned: as lower()'s (tensor_maps false for AOT kernels; aligned false for a call given an
-// array that is not 16-byte aligned, which also keeps it off the sm_90a fast paths).
+// array that is not 16-byte aligned).
 std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps = true,
                                              bool aligned = true);
 std::string nvrtc_version();

@@ -10,7 +10,7 @@
 
 #include "src/backends/cuda/grid_pipeline.h"
 #include "src/backends/cuda/rules.h"
-#include "src/backends/cuda/sm90/device_sources.inc"
+#include "src/backends/cuda/device/device_sources.inc"
 #include "src/ir/dependence.h"
 
 namespace pallas::cuda {

@@ -109,7 +109,6 @@ struct Bound final : core::BoundState {
   std::vector<char> writes;
   // Per output: the inputs aliased to it (input_output_aliases, in input order).
   std::vector<std::vector<size_t>> aliased_from;
-  bool fast = false;  // an sm_90a fast path (its own parameters)
   bool has_check = false, has_print = false;
   // The launch's dimensions where the grid has no dynamic bounds (`empty`: no programs).
   bool static_grid = false, empty = false;
@@ -143,7 +142,6 @@ std::unique_ptr<Bound> make_bound(const core::PallasCall& call, const std::strin
   for (size_t k = 0; k < b->num_inputs; ++k) b->writes.push_back(ir::writes_ref(*call.kernel, call.kernel->invars[k].id));
   b->aliased_from.resize(b->num_outputs);
   for (auto [i, o] : call.aliases) b->aliased_from[static_cast<size_t>(o)].push_back(static_cast<size_t>(i));
-  b->fast = c.attention.has_value();
   b->has_check = c.lowered.has_check;
   b->has_print = !c.lowered.print_sites.empty();
   b->threads = static_cast<unsigned>(c.lowered.threads);
@@ -178,8 +176,7 @@ const Bound& bound(const core::PallasCall& call, const std::string& arch, int de
 }
 
 // The call's kernel for arrays that are not 16-byte aligned (lower.h, `aligned`), made on the
-// first such run: its own launch dimensions, threads and shared memory (the aligned kernel may
-// be a fast path with its own).
+// first such run: its own launch dimensions, threads and shared memory.
 const Bound& unaligned_bound(const Bound& b, const core::PallasCall& call) {
   std::lock_guard<std::mutex> g(b.unaligned_mu);
   if (!b.unaligned) b.unaligned = make_bound(call, b.arch, b.device, compile_call(call, b.arch, /*tensor_maps=*/false, /*aligned=*/false));
@@ -220,21 +217,6 @@ void poison_fill(const Array& a, const std::string& what) {
   }
 }
 
-// A 2-D tensor map with the 128-byte swizzle, as the sm_90a mainloops expect.
-void encode_2d(void* map, DType t, const void* base, uint64_t inner, uint64_t outer, unsigned box_inner, unsigned box_outer,
-               const std::string& what) {
-  const Driver& d = driver();
-  if (!d.cuTensorMapEncodeTiled) throw Error(what + ": the driver lacks cuTensorMapEncodeTiled (too old for TMA)");
-  cuuint64_t dims[2] = {inner, outer};
-  cuuint64_t strides[1] = {inner * itemsize(t)};
-  cuuint32_t box[2] = {box_inner, box_outer};
-  cuuint32_t es[2] = {1, 1};
-  CUtensorMapDataType dt = t == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  check(d.cuTensorMapEncodeTiled(reinterpret_cast<CUtensorMap*>(map), dt, 2, const_cast<void*>(base), dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
-        what + ": encoding a tensor map");
-}
-
 // A tensor map of the general lowering's loop pipeliner (lower.h, TensorMapSpec) over `base`:
 // the whole row-major array, boxes of spec.box, the 128-byte swizzle, zeros outside.
 void encode_map(void* map, const TensorMapSpec& spec, const void* base, const std::string& what) {
@@ -260,27 +242,6 @@ void encode_map(void* map, const TensorMapSpec& spec, const void* base, const st
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, spec.swizzle ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
         what + ": encoding a tensor map");
-}
-
-// Launches the kernel of the sm_90a attention fast path (TMA descriptors as parameters).
-// `launching`: the message of a failed launch, made once per call (Bound).
-void launch_fast(const Compiled& c, CUfunction f, const CUdeviceptr* ins, CUdeviceptr out, const std::string& what,
-                 const std::string& launching) {
-  const Driver& d = driver();
-  struct alignas(128) Map {
-    unsigned char bytes[128];
-  } maps[3];
-  void* cptr = reinterpret_cast<void*>(out);
-  auto in = [&](int k) { return reinterpret_cast<const void*>(ins[k]); };
-  const auto& a = *c.attention;
-  uint64_t rows = static_cast<uint64_t>(a.batch * a.heads * a.seq);
-  for (int k = 0; k < 3; ++k) encode_2d(&maps[k], a.dtype, in(k), 128, rows, 64, 128, what);
-  int seq = static_cast<int>(a.seq);
-  float scale_log2 = static_cast<float>(a.scale * 1.4426950408889634);
-  void* params[] = {&maps[0], &maps[1], &maps[2], &cptr, &seq, &scale_log2};
-  CUresult r = d.cuLaunchKernel(f, static_cast<unsigned>(a.grid_x), static_cast<unsigned>(a.grid_y), 1, a.threads, 1, 1, a.smem_bytes,
-                                launch_stream(), params, nullptr);
-  if (r != CUDA_SUCCESS) check(r, launching);
 }
 
 // Prints debug_print's records after the kernel: in program order (the order of the
@@ -491,17 +452,13 @@ struct CudaRunner final : core::BackendRunner {
     }
     // Vector accesses, cp.async and tensor copies need 16-byte-aligned arrays: a call given
     // another (a caller's view of its own memory) runs the kernel compiled without them
-    // (lower.h, `aligned`: one element per access, no TMA, not persistent, no fast path),
+    // (lower.h, `aligned`: one element per access, no TMA, not persistent),
     // compiled once and kept beside the call's kernel.
     bool aligned = true;
     for (size_t k = 0; k < nin + nout; ++k) aligned = aligned && ptrs[k] % 16 == 0;
     const Bound& u = aligned ? b : unaligned_bound(b, call);
     if (!aligned) fn = dev == u.device ? u.fn : load(u.compiled, call.what, dev).fn;
     const Compiled& cu = *u.compiled;
-    if (u.fast) {
-      launch_fast(cu, fn, ptrs.data(), ptrs[nin], call.what, u.launching);
-      return finish(into, std::move(outs));
-    }
     // One CUDA block per program of the parallel axes (at most `resident_blocks` for a persistent
     // kernel); the sequential ones loop inside it.
     unsigned gx = u.gx, gy = u.gy;

@@ -1,5 +1,4 @@
-// mbarriers and TMA tensor copies (sm_90a): what the fast-path mainloops and the general
-// loop pipeliner (pipeline.cc) use. Device code only, so NVRTC can compile it; no CUDA headers.
+// mbarriers and TMA tensor copies (sm_90a), for the loop pipeliner (pipeline.cc). Device code only, so NVRTC can compile it; no CUDA headers.
 #pragma once
 
 namespace pallas_dev {
@@ -64,8 +63,5 @@ __device__ __forceinline__ void tma_load(void* dst, const TensorMap* map, u64* b
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];" ::"r"(d),
                  "l"(m), "r"(b), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]) : "memory");
 }
-
-// 2-D, as the fast-path mainloops call it.
-__device__ __forceinline__ void tma_load_2d(void* dst, const TensorMap* map, u64* bar, int c0, int c1) { tma_load<2>(dst, map, bar, {c0, c1}); }
 
 }  // namespace pallas_dev
