@@ -268,6 +268,24 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
             "dot bf16[64,64] x bf16[64,64]: wgmma m64n64k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B MN-major in shared memory\n");
 }
 
+// A rotated loop takes fewer stages rather than give up its rotation: at D128 with 128 keys a
+// block (64 KB stages) or D256, three buffers fit where four do not, so the loop keeps two
+// stages and the extra buffer for the second dot's stage, not three stages unrotated.
+TEST(CudaLayout, RotatedAttentionTakesFewerStagesBeforeItsRotation) {
+  auto plan = [](int64_t d, int64_t bq, int64_t bk, int warps) {
+    pl::Call k = pl::kernels::flash_attention(1, 1, 512, d, pl::bf16, {.block_q = bq, .block_k = bk, .compiler_params = {.num_warps = warps}});
+    pl::ShapeDtype s({1, 1, 512, d}, pl::bf16);
+    k.trace({s, s, s});
+    std::string t = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text;
+    size_t at = t.find("loop: ", t.find("loop: ") + 1);
+    return t.substr(at, t.find('\n', at) - at) + (t.find("loop rotated") != std::string::npos ? " (rotated)" : "");
+  };
+  EXPECT_EQ(plan(128, 128, 128, 8), "loop: 2 stages, 3 buffers of 65536 bytes, copies 1 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration (rotated)");
+  EXPECT_EQ(plan(256, 64, 64, 4), "loop: 2 stages, 3 buffers of 65536 bytes, copies 1 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration (rotated)");
+  // 32 KB stages: three stages and the extra buffer, as before
+  EXPECT_EQ(plan(128, 128, 64, 8), "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration (rotated)");
+}
+
 // With two warpgroups (8 warps, 128 query rows) the rotated loop's warpgroups take turns
 // (FA3's ping-pong): each waits on its named barrier before issuing its dots and arrives on the
 // other's right after, so one's softmax runs while the other's dots hold the tensor cores. The

@@ -314,6 +314,16 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   for (const PipelinedLoad& l : p.loads)
     if (read_next_iteration && l.dot == read_next_iteration && !l.staged()) rotated = read_next_iteration;
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
+  // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
+  // the rotation overlaps the second dot with the next iteration's first, worth more to
+  // flash attention's loop than a third stage (D128 with 128 keys a block, D256: 64 KB stages).
+  // PALLAS_NO_ROTATION gives the other choice, for comparison.
+  if (rotated && !async_dot)
+    for (int s = E.num_stages; s >= 2; --s)
+      if (fits(s + 1)) {
+        p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.rotated_dot = rotated;
+        return p;
+      }
   for (int s = E.num_stages; s >= 2; --s) {
     if ((async_dot || rotated) && fits(s + 1)) {
       p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot, p.rotated_dot = rotated;
