@@ -191,10 +191,9 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
             "dot f16[128,32] x f16[128,32]^T: wgmma m64n128k16, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
   // f32 (tf32 dots) by TMA: A (K contiguous) straight into its K-major tile, rounded there by
   // every thread; B (N contiguous) as loaded into a staging region of the stage, rounded by
-  // every thread into the stage's own K-major tile (a stage: A tile, B staging, B tile); the
-  // passes run an iteration ahead, while the previous stage's dot is in flight
+  // every thread into the stage's own K-major tile (a stage: A tile, B staging, B tile)
   EXPECT_EQ(dots_of(32, pl::f32, false, false, 3),
-            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, the copies' passes an iteration ahead\n"
+            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by TMA, rounded to tf32 in place: operand A (f32[128,32], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by TMA into a staging region, rounded to tf32 into its transposed place: operand B (f32[32,128], K-major) of the dot giving f32[128,128]\n"
             "dot f32[128,32] x f32[32,128]: wgmma m64n128k8, 2 tile(s) over 1 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");
@@ -226,7 +225,7 @@ TEST(CudaLayout, PipelinerChoosesItsLoads) {
   // staging region and every thread moves 4 x 4-byte blocks of it into the K-major tile,
   // transposing them in registers; the dot stays in flight (the stage's own tile is written)
   EXPECT_EQ(dots_of(128, pl::i8, false, false, 3, 128, 8),
-            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, the copies' passes an iteration ahead\n"
+            "loop: 3 stages, 4 buffers of 49152 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations\n"
             "  pipelined by TMA: operand A (i8[128,128], K-major) of the dot giving i32[128,128]\n"
             "  pipelined by TMA into a staging region, moved into its transposed place in 4 x 4-byte blocks: operand B (i8[128,128], K-major) of the dot giving i32[128,128]\n"
             "dot i8[128,128] x i8[128,128]: wgmma m64n128k32, 2 tile(s) over 2 warpgroup(s); A K-major in shared memory, B K-major in shared memory\n");

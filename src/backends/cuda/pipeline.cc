@@ -313,11 +313,6 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   const ir::Eqn* rotated = nullptr;
   for (const PipelinedLoad& l : p.loads)
     if (read_next_iteration && l.dot == read_next_iteration && !l.staged()) rotated = read_next_iteration;
-  // an asynchronous dot whose copies are all by TMA, some with a pass: the passes go an
-  // iteration ahead (pipeline.h)
-  bool any_pass = std::any_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.landing != PipelinedLoad::Landing::Straight; });
-  bool all_tma = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma; });
-  bool passes_ahead = async_dot && any_pass && all_tma;
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
   // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
   // the rotation overlaps the second dot with the next iteration's first, worth more to
@@ -332,7 +327,6 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   for (int s = E.num_stages; s >= 2; --s) {
     if ((async_dot || rotated) && fits(s + 1)) {
       p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot, p.rotated_dot = rotated;
-      p.passes_ahead = passes_ahead && !rotated && s >= 2;
       return p;
     }
     if (fits(s)) {
@@ -356,20 +350,6 @@ static std::string landing_text(const PipelinedLoad& l) {
   return "";
 }
 
-static std::string stage_at(const LoopPipeline& p, const std::string& it, const std::string& lo, size_t off);
-static bool round_tma_copies(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo);
-static bool transpose_tma_bytes(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo);
-
-// Waits for iteration it's TMA copies and runs their passes (rounding, transposing), fenced
-// for the tensor cores (every thread: its own writes).
-static void tma_passes(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo) {
-  std::string S = std::to_string(p.buffers);
-  E.line("pallas_dev::mbar_wait(" + p.bars + " + ((" + it + " - " + lo + ") % " + S + "), ((" + it + " - " + lo + ") / " + S + ") & 1);");
-  bool wrote = round_tma_copies(E, p, it, lo);
-  if (transpose_tma_bytes(E, p, it, lo)) wrote = true;
-  if (wrote) E.line("fence_proxy_async();");
-}
-
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
@@ -384,7 +364,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
                      " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "") +
                      (p.rotated_dot ? ", the second dot's stage kept an iteration longer" : "") +
-                     (p.barrier_free ? ", no barrier per iteration" : "") + (p.passes_ahead ? ", the copies' passes an iteration ahead" : "");
+                     (p.barrier_free ? ", no barrier per iteration" : "");
   E.line("// loop pipeline: " + what);
   if (p.tma_bytes) {
     p.bars = E.fresh("bars");
@@ -407,13 +387,6 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   issue(E, p, body, lo + " + " + ps, ps, hi);
   --E.depth;
   E.line("}");
-  if (p.passes_ahead) {  // the first iteration's passes (the loop runs the others a step ahead)
-    E.line("if (" + lo + " < " + hi + ") {");
-    ++E.depth;
-    tma_passes(E, p, lo, lo);
-    --E.depth;
-    E.line("}");
-  }
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
   E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
   for (const PipelinedLoad& l : p.loads)
@@ -597,7 +570,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
     E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
   }
   bool rounded = false;
-  if (p.tma_bytes && !p.barrier_free && !p.passes_ahead) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
+  if (p.tma_bytes && !p.barrier_free) {  // the stage's tensor copies have landed: its mbarrier's phase for this use
     E.line("pallas_dev::mbar_wait(" + p.bars + " + " + buf + ", ((" + it + " - " + lo + ") / " + S + ") & 1);");
     rounded = round_tma_copies(E, p, it, lo);
     if (transpose_tma_bytes(E, p, it, lo)) rounded = true;
@@ -641,17 +614,6 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
     E.line("fence_proxy_async();");
     E.sync();
   }
-}
-
-void end_pipeline_iteration(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo, const std::string& hi) {
-  if (!p.passes_ahead) return;
-  // the next iteration's stage, while this one's dot runs (its tile is in a buffer no dot in
-  // flight reads; the barrier at the top of the next iteration publishes it)
-  E.line("if (" + it + " + 1 < " + hi + ") {");
-  ++E.depth;
-  tma_passes(E, p, "(" + it + " + 1)", lo);
-  --E.depth;
-  E.line("}");
 }
 
 void end_pipeline(Emitter& E, const LoopPipeline& p) {

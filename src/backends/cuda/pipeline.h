@@ -32,12 +32,6 @@
 // wait for the next stage. The stage being refilled at iteration i is then the one iteration
 // i - 2 read, so such a loop takes one more buffer than num_stages (as Triton's pipeliner
 // does for an asynchronous dot) and keeps the copies num_stages - 1 iterations ahead.
-//
-// Such a loop whose TMA copies need a pass through the threads (tf32 rounding, 8-bit
-// transposes) runs the pass an iteration ahead: iteration i, right after issuing its dot,
-// waits for stage i + 1's copies and runs their pass while the tensor cores work on stage i
-// (the barrier at the top of iteration i + 1 publishes the result). The pass is then off the
-// path from a stage's arrival to its dot.
 #pragma once
 #include <string>
 #include <vector>
@@ -88,7 +82,6 @@ struct LoopPipeline {
   size_t tiles_bytes = 0;  // the staged loads' swizzled tiles (one each, after the buffers)
   size_t tma_bytes = 0;    // bytes a stage's TMA copies bring (the mbarrier's transaction count)
   bool any_cp_async = false;
-  bool passes_ahead = false;  // the TMA copies' passes run an iteration ahead (above)
   // No barrier per iteration (every load by TMA, none rounded to tf32): each warp, at the top
   // of an iteration, counts itself out of the stage that iteration's refill overwrites (it has
   // finished the dots that read it), and the warp that counts last issues the refill. Warps
@@ -119,9 +112,6 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
 // when the stage refilled is free) issues iteration it + ahead's, and points the dots' operands
 // at its stage.
 void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& lo, const std::string& hi);
-// At the end of each iteration `it` (after its dots): with passes_ahead, iteration it + 1's
-// copies' pass.
-void end_pipeline_iteration(Emitter& E, const LoopPipeline& p, const std::string& it, const std::string& lo, const std::string& hi);
 // The stage tile of pipelined load result `v` for iteration `it` ("" when v is not pipelined).
 std::string pipelined_operand_at(const LoopPipeline& p, const ir::Var& v, const std::string& it, const std::string& lo);
 // After the loop: waits for the dot in flight, drains the copies and frees the buffers.

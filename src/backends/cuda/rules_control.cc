@@ -76,7 +76,6 @@ void fori(Emitter& E, const ir::Eqn& e) {
     E.names[body.invars[0].id] = i;
     bind_carries();
     E.emit_eqns(body);
-    if (pipe.stages) end_pipeline_iteration(E, pipe, i, lo, hi);
     assign_outs(E, body, e.out, plain);
     --E.depth;
     E.line("}");
