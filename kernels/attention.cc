@@ -6,9 +6,22 @@
 namespace pallas::kernels {
 
 Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype, AttentionConfig cfg) {
-  int64_t bq = std::min(cfg.block_q, seq), bk = std::min(cfg.block_k, seq);
+  if (seq <= 0 || head_dim <= 0 || cfg.block_q < 0 || cfg.block_k < 0)
+    throw Error("kernels::flash_attention: seq, head_dim and the blocks must be positive (seq=" + std::to_string(seq) +
+                ", head_dim=" + std::to_string(head_dim) + ")");
+  // Unset blocks: per head dim, the configuration measured fastest on Hopper (docs/benchmarks.md,
+  // fourteenth session), halved until it divides seq.
+  auto chosen = [seq](int64_t b) {
+    b = std::min(b, seq);
+    while (seq % b) b /= 2;
+    return b;
+  };
+  int64_t bq = cfg.block_q ? std::min(cfg.block_q, seq) : chosen(head_dim <= 128 ? 128 : 64);
+  int64_t bk = cfg.block_k ? std::min(cfg.block_k, seq) : chosen(head_dim > 64 && head_dim <= 128 ? 128 : 64);
   if (seq % bq || seq % bk)
     throw Error("kernels::flash_attention: seq=" + std::to_string(seq) + " must be a multiple of block_q and block_k");
+  CompilerParams params = cfg.compiler_params;
+  if (!params.num_warps && !cfg.block_q) params.num_warps = bq >= 128 ? 8 : 4;  // a warpgroup per 64 query rows
   double scale = cfg.sm_scale > 0 ? cfg.sm_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
   double scale_log2 = scale * 1.4426950408889634;  // log2(e)
   bool causal = cfg.causal;
@@ -49,7 +62,7 @@ Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim
                       .out_specs = {qspec},
                       .interpret = cfg.interpret,
                       .name = causal ? "flash_attention_causal" : "flash_attention",
-                      .compiler_params = cfg.compiler_params,
+                      .compiler_params = params,
                       .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
 }
 

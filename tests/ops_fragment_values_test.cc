@@ -9,6 +9,7 @@
 #include "tests/test_util.h"
 
 #include "pallas/kernels.h"
+#include "src/core/pallas_call.h"
 
 namespace pt {
 namespace {
@@ -225,6 +226,35 @@ TEST(FragmentValues, FlashAttentionOverTwoWarpgroups) {
       EXPECT_TRUE(close(head(out), want, 1e-2, false));
     }
   }
+}
+
+// The library's flash attention with its blocks unset chooses them from the head dim (128 x 64
+// query x key rows for D <= 64, 128 x 128 up to 128, 64 x 64 beyond, halved until they divide
+// S) and 8 warps for 128 query rows; each choice against a double reference, causal too.
+TEST(FragmentValues, FlashAttentionChoosesItsBlocksByHeadDim) {
+  struct Case {
+    int64_t D, S, bq, warps;
+    bool causal;
+  };
+  for (Case c : {Case{64, 256, 128, 8, false}, Case{128, 256, 128, 8, true}, Case{128, 192, 64, 4, false}, Case{256, 128, 64, 4, true}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " S=" + std::to_string(c.S));
+    const int64_t S = c.S, D = c.D;
+    auto qv = with_edges(uniform(S * D, 94, -1, 1), pl::bf16, false), kv = with_edges(uniform(S * D, 95, -1, 1), pl::bf16, false),
+         vv = with_edges(uniform(S * D, 96, -1, 1), pl::bf16, false);
+    pl::Call call = pl::kernels::flash_attention(1, 1, S, D, pl::bf16, {.causal = c.causal});
+    pl::Shape sh{1, 1, S, D};
+    pl::ShapeDtype sd(sh, pl::bf16);
+    call.trace({sd, sd, sd});
+    const auto& traced = call.state()->get_traced();
+    EXPECT_EQ(traced.grid.grid.back(), S / c.bq);
+    EXPECT_EQ(traced.compiler_params.num_warps, c.warps);
+    std::vector<double> out = to_doubles(call(make_array(qv, sh, pl::bf16), make_array(kv, sh, pl::bf16), make_array(vv, sh, pl::bf16)));
+    auto want = attention_ref(qv, kv, vv, S, S, D, 1 / std::sqrt(double(D)), [&](int64_t i, int64_t j) { return !c.causal || i >= j; },
+                              [](double p) { return p; });
+    EXPECT_TRUE(close(out, want, 1e-2, false));
+  }
+  // blocks given that do not divide S are the caller's to fix
+  EXPECT_THROW(pl::kernels::flash_attention(1, 1, 192, 64, pl::bf16, {.block_q = 128}), pl::Error);
 }
 
 // One dot result both starts a loop carry and is read by every iteration: the carry goes
