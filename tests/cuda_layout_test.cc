@@ -291,7 +291,7 @@ TEST(CudaLayout, RotatedAttentionTakesFewerStagesBeforeItsRotation) {
 // other's right after, so one's softmax runs while the other's dots hold the tensor cores. The
 // last warpgroup opens the first turn and warpgroup 0 takes the last arrival after the loop.
 TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
-  setenv("PALLAS_PINGPONG", "1", 1);  // opt-in until timed on a GPU (rotation.h)
+  setenv("PALLAS_PINGPONG", "1", 1);  // opt-in (rotation.h)
   pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 128, .block_k = 64, .compiler_params = {.num_warps = 8}});
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});

@@ -45,9 +45,9 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 // How many warpgroups take turns issuing the rotated loop's dots (FA3's ping-pong): all of
 // them when there are two or more and the loop has no barrier (its copies are TMA, so warps
 // meet only at the stages' mbarriers and the turns order them); else 0, none.
-// Opt-in (PALLAS_PINGPONG=1) until it has run and been timed on a GPU: it compiles (ptxas
-// reports no serialised wgmma), and FragmentValues.FlashAttentionOverTwoWarpgroups checks it
-// against the interpreter when run with PALLAS_PINGPONG=1 on a GPU, which no session has yet.
+// Opt-in (PALLAS_PINGPONG=1): on an H100 it ran right (the GPU tests with it, no hang) but
+// gained nothing consistent, -4% to +3% on the attention rows (docs/benchmarks.md, fourteenth
+// session).
 int warpgroup_turns(const Emitter& E, const LoopPipeline& p);
 
 // The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
