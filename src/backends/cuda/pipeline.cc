@@ -317,16 +317,18 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
   // the rotation overlaps the second dot with the next iteration's first, worth more to
   // flash attention's loop than a third stage (D128 with 128 keys a block, D256: 64 KB stages).
-  // PALLAS_NO_ROTATION gives the other choice, for comparison.
-  if (rotated && !async_dot)
+  // PALLAS_NO_ROTATION gives the other choice, for comparison. (A rotated body has two dots,
+  // a dot in flight is the body's only one: never both.) A dot in flight gives up its extra
+  // buffer stage by stage instead.
+  if (rotated)
     for (int s = E.num_stages; s >= 2; --s)
       if (fits(s + 1)) {
         p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.rotated_dot = rotated;
         return p;
       }
   for (int s = E.num_stages; s >= 2; --s) {
-    if ((async_dot || rotated) && fits(s + 1)) {
-      p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot, p.rotated_dot = rotated;
+    if (async_dot && fits(s + 1)) {
+      p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot;
       return p;
     }
     if (fits(s)) {
