@@ -197,5 +197,91 @@ TEST(GridSemantics, BlocksOutsideTheArrayOnEitherSide) {
     }
 }
 
+
+// Two programs of one axis write one block through a computed index map (i / 2): the axis is
+// inferred sequential, so program 2k initialises the block and 2k + 1 accumulates into it in
+// that order on every backend (on the GPU they would otherwise race).
+TEST(GridSemantics, MapRevisitingBlocksAlongAnAxisMakesItSequential) {
+  pl::Array x = small_ints({8 * 16}, 11);
+  auto c = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref o) {
+        pl::when(pl::program_id(0) % 2 == 0, [&] { o[pl::all] = xr[pl::all]; });
+        pl::when(pl::program_id(0) % 2 == 1, [&] { o[pl::all] = o[pl::all] * 2.f + xr[pl::all]; });
+      },
+      pl::ShapeDtype({4 * 16}, pl::f32),
+      {.grid = {8},
+       .in_specs = {pl::BlockSpec({16}, [](V i) { return pl::idx(i); })},
+       .out_specs = {pl::BlockSpec({16}, [](V i) { return pl::idx(i / 2); })},
+       .name = "pairs"});
+  auto xv = x.to_vector<float>();
+  std::vector<float> want(64);
+  for (int b = 0; b < 4; ++b)
+    for (int e = 0; e < 16; ++e)  // order matters: 2 * first + second
+      want[static_cast<size_t>(b * 16 + e)] = 2.f * xv[static_cast<size_t>(2 * b * 16 + e)] + xv[static_cast<size_t>((2 * b + 1) * 16 + e)];
+  EXPECT_TRUE(equal(c(x).to_vector<float>(), want));
+  EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(sequential,)"));
+}
+
+// The semantics inferred for index maps of several shapes: an axis stays parallel only where
+// a block index is one-to-one in the parallel axes it reads.
+TEST(GridSemantics, InferenceSeesAffineIndexMaps) {
+  auto semantics = [](std::vector<int64_t> grid, pl::Shape out, pl::Shape block,
+                      std::function<std::vector<V>(V, V)> map) {
+    auto c = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({o.shape()[0], o.shape()[1]}); },
+                             pl::ShapeDtype(out, pl::f32),
+                             {.grid = grid,
+                              .out_specs = {pl::BlockSpec(block, [map](V i, V j) {
+                                auto v = map(i, j);
+                                return pl::idx(v[0], v[1]);
+                              })},
+                              .interpret = true});
+    c(std::vector<pl::Array>{});
+    std::string t = c.jaxpr_text();
+    auto at = t.find("dimension_semantics=");
+    return at == std::string::npos ? std::string("all parallel") : t.substr(at + 20, t.find('\n', at) - at - 20);
+  };
+  // one axis per block index, shifted, scaled, reversed: parallel
+  EXPECT_EQ(semantics({4, 3}, {8, 6}, {2, 2}, [](V i, V j) { return std::vector<V>{i, j}; }), "all parallel");
+  EXPECT_EQ(semantics({4, 3}, {8, 12}, {2, 2}, [](V i, V j) { return std::vector<V>{3 - i, j * 2 + 1}; }), "all parallel");
+  // both axes flattened into one index (i * 3 + j, j < 3): one-to-one, parallel
+  EXPECT_EQ(semantics({4, 3}, {2, 24}, {2, 2}, [](V i, V j) { return std::vector<V>{pl::Value(0) * i, i * 3 + j}; }),
+            "all parallel");
+  // i + j repeats blocks along both axes; i / 2 along i; j % 2 along j
+  EXPECT_EQ(semantics({4, 3}, {2, 24}, {2, 2}, [](V i, V j) { return std::vector<V>{pl::Value(0) * i, i + j}; }),
+            "(sequential, sequential)");
+  EXPECT_EQ(semantics({4, 3}, {8, 6}, {2, 2}, [](V i, V j) { return std::vector<V>{i / 2, j}; }), "(sequential, parallel)");
+  EXPECT_EQ(semantics({4, 3}, {8, 6}, {2, 2}, [](V i, V j) { return std::vector<V>{i, j % 2}; }), "(parallel, sequential)");
+  // a block index that also reads a sequential axis still keeps the parallel one apart when it is
+  // one-to-one over both (output 0: i + 4 j; j is sequential because output 1 ignores it)
+  auto two = pl::pallas_call(
+      [](pl::Ref o0, pl::Ref o1) {
+        o0[pl::all] = pl::zeros({2});
+        pl::when(pl::program_id(1) == 0, [&] { o1[pl::all] = pl::zeros({2}); });
+      },
+      std::vector<pl::ShapeDtype>{pl::ShapeDtype({24}, pl::f32), pl::ShapeDtype({8}, pl::f32)},
+      {.grid = {4, 3},
+       .out_specs = {pl::BlockSpec({2}, [](V i, V j) { return pl::idx(i + j * 4); }),
+                     pl::BlockSpec({2}, [](V i, V j) { return pl::idx(i); })},
+       .interpret = true});
+  two(std::vector<pl::Array>{});
+  EXPECT_THAT(two.jaxpr_text(), HasSubstr("dimension_semantics=(parallel, sequential)"));
+}
+
+// A grid axis of size 0 runs no program: refused when an output would be left unwritten, legal
+// when there is nothing to write.
+TEST(GridSemantics, ZeroSizeGridAxis) {
+  auto k = [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; };
+  auto spec = pl::BlockSpec({8}, [](V i) { return pl::idx(i); });
+  auto empty_grid = pl::pallas_call(k, pl::ShapeDtype({1000}, pl::f32),
+                                    {.grid = {0}, .in_specs = {spec}, .out_specs = {spec}, .name = "nothing"});
+  EXPECT_TRUE(throws_error([&] { empty_grid(pl::Array::zeros({1000}, pl::f32)); },
+                           {"kernel 'nothing'", "grid axis 0 has size 0", "output 0 f32[1000]", "at least one program"}));
+  auto empty_array = pl::pallas_call(k, pl::ShapeDtype({0}, pl::f32),
+                                     {.grid = {0}, .in_specs = {spec}, .out_specs = {spec}, .name = "empty"});
+  pl::Array out;
+  ASSERT_NO_THROW(out = empty_array(pl::Array::zeros({0}, pl::f32)));
+  EXPECT_EQ(out.size(), 0);
+}
+
 }  // namespace
 }  // namespace pt

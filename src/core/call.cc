@@ -177,7 +177,28 @@ Backend resolve_backend(const PallasCall& call) {
 // With `outs`, the outputs are written there and the result may be empty (Call::into ignores
 // it; the CUDA runner returns nothing, to spare a copy of the vector on every call).
 std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) {
-  if (resolve_backend(call) == Backend::Cuda) {
+  Backend backend = resolve_backend(call);
+  // A grid with an axis of size 0 runs no program on any backend, so none is asked to compile
+  // a kernel that never runs (its blocks may have no elements): every output is empty or
+  // aliased to an input (trace_call.cc refuses the others), and an aliased one keeps its input.
+  if (call.grid.num_programs_static() == 0) {
+    size_t nd = static_cast<size_t>(call.grid.num_dynamic_bounds());
+    std::vector<Array> result;
+    for (size_t o = 0; o < call.grid.outputs.size(); ++o) {
+      const ShapeDtype& sd = call.grid.outputs[o].array;
+      Array r;
+      for (auto [i, oo] : call.aliases)
+        if (oo == static_cast<int>(o)) r = args[nd + static_cast<size_t>(i)];
+      if (outs) {
+        if (r.defined()) (*outs)[o].copy_from(r);
+        continue;
+      }
+      if (r.defined()) result.push_back(r.copy());
+      else result.push_back(Array(sd.shape, sd.dtype, backend == Backend::Cuda ? Device::cuda(0) : Device::host()));
+    }
+    return result;
+  }
+  if (backend == Backend::Cuda) {
     count_run(Backend::Cuda);
     return cuda_runner()->run(call, args, outs);
   }

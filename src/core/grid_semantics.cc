@@ -1,12 +1,20 @@
 // Grid dimension semantics: which axes may run at once (parallel) and which must run in order
 // (sequential), declared by the user or inferred from the output index maps.
 //
-// Inference: programs that differ only along axis g write the same block of output o when o's
-// index map does not depend on g; such revisits (the Pallas reduction idiom: init when
-// program_id(g) == 0, then accumulate) are only deterministic if g runs in order, so g is
-// sequential. An output whose index map reads scalar-prefetch data may map two programs to one
-// block along any axis, which no analysis of the map can rule out: without declared semantics
-// that is an error that names the output and the fixes.
+// Inference: an axis stays parallel only if programs that differ along it can never write the
+// same block of any output; otherwise its programs revisit blocks (the Pallas reduction idiom:
+// init when program_id(g) == 0, then accumulate; or a map like i / 2), which is only
+// deterministic if the axis runs in order, so it is sequential — the interpreter's row-major
+// order, which the GPU then follows too. Proof of "never the same block": some block index of
+// the output reads the axis and is an affine form one-to-one over the grid's box (i, 2 * i + 1,
+// n - 1 - i, i * 8 + j with j < 8). A map the analysis cannot see through (a
+// div, a rem, a min, a select) makes the axes it reads sequential: slower than parallel when
+// the map was in fact one-to-one, never a race; declare dimension_semantics to say otherwise.
+// An output whose index map reads scalar-prefetch data may map two programs to one block along
+// any axis, which no analysis of the map can rule out: without declared semantics that is an
+// error that names the output and the fixes.
+#include <algorithm>
+
 #include "src/core/pallas_call.h"
 #include "src/ir/dependence.h"
 
@@ -19,6 +27,27 @@ bool BlockMapping::index_map_reads(const std::vector<bool>& axes, bool prefetch)
     if (b) return true;
   return false;
 }
+
+namespace {
+// Whether the block index f gives any two programs that differ along axis a different values:
+// f reads a and is one-to-one over the box of all the axes it reads (parallel or not: programs
+// of different sequential steps overlap in time too) — sorted by |coefficient|, each exceeds
+// the widest span the smaller ones can cover.
+bool separates(const ir::AffineForm& f, size_t a, const std::vector<int64_t>& grid) {
+  if (!f.affine || a >= f.coef.size() || f.coef[a] == 0) return false;
+  std::vector<std::pair<int64_t, int64_t>> terms;  // |coef|, extent
+  for (size_t k = 0; k < f.coef.size(); ++k)
+    if (f.coef[k] != 0 && grid[k] != 1) terms.push_back({f.coef[k] < 0 ? -f.coef[k] : f.coef[k], grid[k]});
+  if (terms.size() == 1) return true;
+  std::sort(terms.begin(), terms.end());
+  int64_t span = 0;  // the widest difference the terms so far can make
+  for (auto [c, n] : terms) {
+    if (n < 0 || c <= span) return false;  // a call-time extent is unknown
+    if (__builtin_mul_overflow(c, n - 1, &n) || __builtin_add_overflow(span, n, &span)) return false;
+  }
+  return true;
+}
+}  // namespace
 
 bool GridMapping::any_sequential() const {
   for (auto s : semantics)
@@ -39,18 +68,19 @@ void resolve_semantics(GridMapping& g, const std::vector<DimensionSemantics>& de
     return;
   }
   g.semantics.assign(rank, DimensionSemantics::Parallel);
-  for (const BlockMapping& o : g.outputs) {
+  for (const BlockMapping& o : g.outputs)
     if (o.index_map_reads(std::vector<bool>(rank, false), /*prefetch=*/true))
       throw Error(what + ": the index map of " + o.what + " reads scalar-prefetch data, so two programs may write the "
                   "same block of it and the grid cannot be checked for races; declare dimension_semantics "
                   "(pl::sequential for the axes along which its blocks may repeat, pl::parallel for the others), or "
                   "write that output with atomics");
+  for (const BlockMapping& o : g.outputs) {
+    std::vector<ir::AffineForm> forms = ir::affine_outvars(*o.index_map, rank);
     for (size_t a = 0; a < rank; ++a) {
-      if (g.grid[a] == 1 || g.semantics[a] == DimensionSemantics::Sequential) continue;
-      std::vector<bool> axis(rank, false);
-      axis[a] = true;
-      bool moves = o.index_map_reads(axis, false);
-      if (!moves) g.semantics[a] = DimensionSemantics::Sequential;
+      if (g.grid[a] == 1) continue;  // a size-1 axis has no two programs
+      bool apart = false;
+      for (const ir::AffineForm& f : forms) apart = apart || separates(f, a, g.grid);
+      if (!apart) g.semantics[a] = DimensionSemantics::Sequential;
     }
   }
 }

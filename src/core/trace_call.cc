@@ -251,6 +251,19 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
                     std::to_string(i2) + "; alias each output at most once");
   }
   c.aliases = opts.input_output_aliases;
+  // A grid axis of size 0 runs no program: every output not aliased to an input would come back
+  // unwritten (poison, or stale memory on the GPU). Legal only when there is nothing to write.
+  for (size_t a = 0; a < opts.grid.size(); ++a) {
+    if (opts.grid[a] != 0) continue;
+    for (size_t o = 0; o < out_shapes.size(); ++o) {
+      bool aliased = false;
+      for (auto [i, oo] : opts.input_output_aliases) aliased = aliased || oo == static_cast<int>(o);
+      if (!aliased && shape_size(out_shapes[o].shape) > 0)
+        throw Error(what + ": grid axis " + std::to_string(a) + " has size 0, so no program runs and output " +
+                    std::to_string(o) + " " + out_shapes[o].str() + " would be written by none; give each grid axis at "
+                    "least one program (pl::cdiv(size, block) is 0 only for an empty array), or alias the output to an input");
+    }
+  }
 
   // The kernel: refs for scalar prefetch, inputs, outputs, scratch.
   size_t nrefs = np + nin + out_shapes.size() + c.grid.scratch.size();

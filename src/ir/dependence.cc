@@ -1,5 +1,7 @@
 #include "src/ir/dependence.h"
 
+#include <algorithm>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "src/ir/primitive.h"
@@ -47,6 +49,80 @@ bool writes_ref(const ir::Jaxpr& j, int64_t var_id) {
     }
   }
   return false;
+}
+
+}  // namespace pallas::ir
+
+namespace pallas::ir {
+
+std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n) {
+  n = std::min(n, j.invars.size());
+  auto constant = [&](std::optional<int64_t> v) { return AffineForm{true, std::vector<int64_t>(n, 0), v}; };
+  std::unordered_map<int64_t, AffineForm> form;
+  for (size_t k = 0; k < n; ++k) {
+    AffineForm f = constant(0);
+    f.coef[k] = 1;
+    form[j.invars[k].id] = f;
+  }
+  // Invars past the first n (scalar-prefetch refs) and values computed from them alone are
+  // constants of unknown value; so is anything that depends on no leading invar.
+  auto of = [&](const Atom& a) -> AffineForm {
+    if (auto* l = std::get_if<Literal>(&a)) return constant(is_integer(l->dtype) || l->dtype == DType::Bool ? std::optional<int64_t>(l->i) : std::nullopt);
+    auto it = form.find(std::get<Var>(a).id);
+    return it != form.end() ? it->second : constant(std::nullopt);
+  };
+  auto depends = [](const AffineForm& f) {
+    for (int64_t c : f.coef)
+      if (c) return true;
+    return false;
+  };
+  auto opaque = [&](const Eqn& e) {  // not affine if it depends on a leading invar, else a constant
+    bool dep = false;
+    for (const Atom& a : e.in) {
+      AffineForm f = of(a);
+      dep = dep || !f.affine || depends(f);
+    }
+    return dep ? AffineForm{false, {}, std::nullopt} : constant(std::nullopt);
+  };
+  auto lin = [&](const AffineForm& x, const AffineForm& y, int64_t sy) {  // x + sy * y
+    if (!x.affine || !y.affine) return AffineForm{false, {}, std::nullopt};
+    AffineForm r = constant(std::nullopt);
+    for (size_t k = 0; k < n; ++k) r.coef[k] = x.coef[k] + sy * y.coef[k];
+    if (x.offset && y.offset) r.offset = *x.offset + sy * *y.offset;
+    return r;
+  };
+  for (const Eqn& e : j.eqns) {
+    if (e.out.size() != 1 || !e.out[0].aval.shape.empty() || !is_integer(e.out[0].aval.dtype)) {
+      for (const Var& v : e.out) form[v.id] = opaque(e);
+      continue;
+    }
+    AffineForm r;
+    switch (e.prim->id) {
+      case PrimId::add: r = lin(of(e.in[0]), of(e.in[1]), 1); break;
+      case PrimId::sub: r = lin(of(e.in[0]), of(e.in[1]), -1); break;
+      case PrimId::neg: r = lin(constant(0), of(e.in[0]), -1); break;
+      case PrimId::mul: {
+        AffineForm x = of(e.in[0]), y = of(e.in[1]);
+        if (x.affine && !depends(x) && x.offset) std::swap(x, y);
+        if (x.affine && y.affine && !depends(y) && y.offset) r = lin(constant(0), x, *y.offset);
+        else r = opaque(e);
+        break;
+      }
+      case PrimId::convert_element_type: {
+        DType from = atom_aval(e.in[0]).dtype, to = e.out[0].aval.dtype;
+        bool widening = is_integer(from) && itemsize(to) >= itemsize(from) && is_signed_int(to) == is_signed_int(from);
+        r = widening ? of(e.in[0]) : opaque(e);
+        break;
+      }
+      case PrimId::multiple_of:
+      case PrimId::max_contiguous: r = of(e.in[0]); break;
+      default: r = opaque(e);
+    }
+    form[e.out[0].id] = r;
+  }
+  std::vector<AffineForm> out;
+  for (const Atom& a : j.outvars) out.push_back(of(a));
+  return out;
 }
 
 }  // namespace pallas::ir

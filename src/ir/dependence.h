@@ -2,6 +2,7 @@
 // Conservative: an equation's outputs depend on all of its inputs (sub-jaxprs in params are
 // not looked into), so "does not depend" is always true when reported.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "src/ir/ir.h"
@@ -15,5 +16,24 @@ std::vector<bool> outvars_depending_on(const Jaxpr& j, const std::vector<bool>& 
 // Whether the jaxpr writes through the ref bound to var_id (a kernel that writes an input block
 // gets a private copy of that input on every backend, so the caller's array never changes).
 bool writes_ref(const Jaxpr& j, int64_t var_id);
+
+}  // namespace pallas::ir
+
+namespace pallas::ir {
+
+// An integer scalar of a jaxpr as an affine form over its first n invars: sum coef[k] * invar_k
+// + offset. `affine` is false when no such form was found (a div, rem, min, select, a read of
+// memory, ...); `offset` is known only when every term it came from was a literal.
+struct AffineForm {
+  bool affine = false;
+  std::vector<int64_t> coef;     // one per leading invar; 0: does not depend on it
+  std::optional<int64_t> offset;  // the constant term, when known
+};
+
+// The outvars of j as affine forms over its first n invars (index maps: the grid indices).
+// Literals and values that depend on none of those invars are constants; add, sub, neg, a
+// multiplication by a known constant, integer widening and the hints (multiple_of,
+// max_contiguous) keep a form affine; anything else that depends on the invars does not.
+std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n);
 
 }  // namespace pallas::ir
