@@ -10,11 +10,22 @@ namespace pt {
 namespace {
 using V = pl::Value;
 
-const pl::InterpretParams kRaces{.detect_races = true, .detect_uninitialized = false, .detect_out_of_bounds = false};
-const pl::InterpretParams kUninit{.detect_races = false, .detect_uninitialized = true, .detect_out_of_bounds = false};
-const pl::InterpretParams kBounds{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = true};
-const pl::InterpretParams kAll{.detect_races = true, .detect_uninitialized = true, .detect_out_of_bounds = true};
-const pl::InterpretParams kNone{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = false};
+// Each set names every check, so PALLAS_INTERPRET_CHECKS cannot change what a test sees.
+const pl::InterpretParams kRaces{.detect_races = true, .detect_uninitialized = false, .detect_out_of_bounds = false,
+                                 .detect_unwritten_outputs = false, .detect_padding_reads = false};
+const pl::InterpretParams kUninit{.detect_races = false, .detect_uninitialized = true, .detect_out_of_bounds = false,
+                                  .detect_unwritten_outputs = false, .detect_padding_reads = false};
+const pl::InterpretParams kBounds{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = true,
+                                  .detect_unwritten_outputs = false, .detect_padding_reads = false};
+const pl::InterpretParams kUnwritten{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = false,
+                                     .detect_unwritten_outputs = true, .detect_padding_reads = false};
+const pl::InterpretParams kPadding{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = false,
+                                   .detect_unwritten_outputs = false, .detect_padding_reads = true};
+// What "1" / "all" turns on: every check a correct kernel never trips (padding reads are legal).
+const pl::InterpretParams kAll{.detect_races = true, .detect_uninitialized = true, .detect_out_of_bounds = true,
+                               .detect_unwritten_outputs = true, .detect_padding_reads = false};
+const pl::InterpretParams kNone{.detect_races = false, .detect_uninitialized = false, .detect_out_of_bounds = false,
+                                .detect_unwritten_outputs = false, .detect_padding_reads = false};
 
 pl::Array ramp(int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
@@ -292,14 +303,20 @@ TEST(InterpretOnlyChecks, MaskedLanesOutsideAreLegal) {
   EXPECT_EQ(got, (std::vector<float>{2.5f, 3.5f, 4.5f, 5.5f, 0.f, 0.f, 6.5f, 7.5f}));
 }
 
-// An overhanging edge block: unmasked reads of its padding are reported; masked reads and
-// writes there (dropped) are not.
+// An overhanging edge block: a plain elementwise kernel reads its padding and the store drops
+// those lanes — correct, so never reported by "all"; the padding check (opt-in) reports the
+// unmasked reads, and masked reads and writes there (dropped) are not reported by either.
 TEST(InterpretOnlyChecks, PaddingReads) {
   auto spec = pl::BlockSpec({4}, [](V i) { return pl::idx(i); });
-  auto naive = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({10}, pl::f32),
-                               {.grid = {3}, .in_specs = {spec}, .out_specs = {spec}, .interpret = true, .name = "edge",
-                                .interpret_params = kBounds});
-  EXPECT_TRUE(throws_error([&] { naive(ramp(10)); },
+  auto naive = [&](pl::InterpretParams checks) {
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::exp(x[pl::all]); }, pl::ShapeDtype({10}, pl::f32),
+                           {.grid = {3}, .in_specs = {spec}, .out_specs = {spec}, .interpret = true, .name = "edge",
+                            .interpret_params = checks});
+  };
+  std::vector<float> got;
+  ASSERT_NO_THROW(got = naive(kAll)(ramp(10)).to_vector<float>());
+  for (int k = 0; k < 10; ++k) EXPECT_FLOAT_EQ(got[static_cast<size_t>(k)], std::exp(static_cast<float>(k) + 0.5f));
+  EXPECT_TRUE(throws_error([&] { naive(kPadding)(ramp(10)); },
                            {"kernel 'edge'", "program (2,) loads input 0 element [10], beyond the edge of the f32[10] array",
                             "block [8:12]", "Mask the load"}));
   auto masked = pl::pallas_call(
@@ -308,8 +325,53 @@ TEST(InterpretOnlyChecks, PaddingReads) {
         o[pl::all] = pl::exp(pl::load(x, {pl::all}, {.mask = m, .other = 0.f}));  // the store's padding lanes are dropped
       },
       pl::ShapeDtype({10}, pl::f32),
-      {.grid = {3}, .in_specs = {spec}, .out_specs = {spec}, .interpret = true, .interpret_params = kAll});
+      {.grid = {3}, .in_specs = {spec}, .out_specs = {spec}, .interpret = true,
+       .interpret_params = {.detect_races = true, .detect_uninitialized = true, .detect_out_of_bounds = true,
+                            .detect_unwritten_outputs = true, .detect_padding_reads = true}});
   EXPECT_NO_THROW(masked(ramp(10)));
+}
+
+// ---- unwritten outputs ----
+
+// A grid one block short leaves the output's tail unwritten: reported with the count, the
+// first and last element, and the fix; a grid that covers the array is not reported.
+TEST(InterpretOnlyChecks, UnwrittenOutputs) {
+  auto copy = [](int64_t programs, pl::InterpretParams checks) {
+    auto spec = pl::BlockSpec({128}, [](V i) { return pl::idx(i); });
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({1000}, pl::f32),
+                           {.grid = {programs}, .in_specs = {spec}, .out_specs = {spec}, .interpret = true, .name = "short",
+                            .interpret_params = checks});
+  };
+  EXPECT_TRUE(throws_error([&] { copy(7, kUnwritten)(ramp(1000)); },
+                           {"kernel 'short'", "104 of 1000 elements of output 0 f32[1000] were written by no program",
+                            "the first at [896]", "the last at [999]", "pl::cdiv"}));
+  EXPECT_TRUE(throws_error([&] { copy(7, kAll)(ramp(1000)); }, {"104 of 1000 elements"}));
+  std::vector<float> got;
+  ASSERT_NO_THROW(got = copy(8, kAll)(ramp(1000)).to_vector<float>());
+  EXPECT_EQ(got, ramp(1000).to_vector<float>());
+  // off: the same short grid runs, and the tail comes back as NaN
+  ASSERT_NO_THROW(got = copy(7, kNone)(ramp(1000)).to_vector<float>());
+  EXPECT_TRUE(std::isnan(got[999]));
+
+  // a store masked too tightly; and an output aliased to an input starts written
+  auto half = [](bool alias) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) { pl::store(o, {pl::all}, x[pl::all], {.mask = pl::arange(8) < 4}); },
+        pl::ShapeDtype({8}, pl::f32),
+        {.input_output_aliases = alias ? std::map<int, int>{{0, 0}} : std::map<int, int>{}, .interpret = true,
+         .name = "half", .interpret_params = kUnwritten});
+  };
+  EXPECT_TRUE(throws_error([&] { half(false)(ramp(8)); }, {"kernel 'half'", "4 of 8 elements of output 0", "the first at [4]"}));
+  EXPECT_NO_THROW(half(true)(ramp(8)));
+  // atomics count as writes
+  auto atomics = pl::pallas_call(
+      [](pl::Ref o) {
+        pl::when(pl::program_id(0) == 0, [&] { o[pl::all] = pl::zeros({4}); });
+        pl::atomic_add(o, {pl::all}, pl::full({4}, 1.f));
+      },
+      pl::ShapeDtype({4}, pl::f32), {.grid = {3}, .interpret = true, .interpret_params = kAll});
+  ASSERT_NO_THROW(got = atomics(std::vector<pl::Array>{})[0].to_vector<float>());
+  EXPECT_EQ(got, (std::vector<float>{3.f, 3.f, 3.f, 3.f}));
 }
 
 // ---- grid sizes ----

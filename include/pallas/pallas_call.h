@@ -51,8 +51,9 @@ struct CostEstimate {
 // reported as a pl::Error that names the kernel, the program(s) (grid coordinates), the
 // operand ("output 0") and the element (array coordinates). They cost a shadow record per
 // element of every output (and of inputs the kernel writes) while on; off by default.
-// Unset (std::nullopt) fields follow PALLAS_INTERPRET_CHECKS: "1" or "all" turns every check
-// on, or a comma list of "races", "uninitialized", "out_of_bounds"; set a field to force it.
+// Unset (std::nullopt) fields follow PALLAS_INTERPRET_CHECKS: "1" or "all" turns on every check a
+// correct kernel never trips (races, uninitialized, out_of_bounds, unwritten_outputs), or a comma
+// list of those names and "padding"; set a field to force it.
 // The GPU backend ignores them.
 struct InterpretParams {
   // Two programs that differ along a parallel grid axis touch the same element and one of
@@ -63,10 +64,18 @@ struct InterpretParams {
   // has written yet (outputs aliased to an input start written).
   std::optional<bool> detect_uninitialized;
   // An unmasked access outside the ref (a ds or index past a block's end, an index array
-  // entry out of range: the interpreter reads poison there and drops the write), and an
-  // unmasked load of an overhanging block's padding (the part of the block beyond the array).
-  // Masked-off lanes are never reported.
+  // entry out of range: the interpreter reads poison there and drops the write). Masked-off
+  // lanes are never reported.
   std::optional<bool> detect_out_of_bounds;
+  // Output elements that no program wrote by the end of the call (they come back as poison on
+  // the interpreter and as stale memory on the GPU): a grid a block short, an index map that
+  // skips blocks, a store masked too tightly. Outputs aliased to an input start written.
+  std::optional<bool> detect_unwritten_outputs;
+  // An unmasked load of an overhanging edge block's padding (the part of the block beyond the
+  // array). Legal — the padding reads NaN (integers: poison) and a kernel whose out-of-array
+  // lanes are then dropped by the store is correct — so not among "all": turn it on ("padding")
+  // to find a padded lane that reaches a reduction or an in-bounds element.
+  std::optional<bool> detect_padding_reads;
 };
 
 struct CallOptions {

@@ -12,15 +12,18 @@ ChecksOn from_env() {
   if (!e || !*e) return c;
   std::string s = e;
   if (s == "0" || s == "none" || s == "false") return c;
-  if (s == "1" || s == "all" || s == "true") return {true, true, true};
+  if (s == "1" || s == "all" || s == "true") return {true, true, true, true, false};
   std::stringstream ss(s);
   for (std::string w; std::getline(ss, w, ',');) {
     if (w == "races") c.races = true;
     else if (w == "uninitialized") c.uninitialized = true;
     else if (w == "out_of_bounds") c.out_of_bounds = true;
+    else if (w == "unwritten_outputs") c.unwritten = true;
+    else if (w == "padding") c.padding = true;
+    else if (w == "all") c.races = c.uninitialized = c.out_of_bounds = c.unwritten = true;
     else
       throw Error("PALLAS_INTERPRET_CHECKS='" + s + "': unknown check '" + w +
-                  "'; use 1 (all), or a comma list of races, uninitialized, out_of_bounds");
+                  "'; use 1 (all), or a comma list of races, uninitialized, out_of_bounds, unwritten_outputs, padding");
   }
   return c;
 }
@@ -29,7 +32,8 @@ ChecksOn from_env() {
 ChecksOn resolve_checks(const InterpretParams& p) {
   static const ChecksOn env = from_env();
   return {p.detect_races.value_or(env.races), p.detect_uninitialized.value_or(env.uninitialized),
-          p.detect_out_of_bounds.value_or(env.out_of_bounds)};
+          p.detect_out_of_bounds.value_or(env.out_of_bounds), p.detect_unwritten_outputs.value_or(env.unwritten),
+          p.detect_padding_reads.value_or(env.padding)};
 }
 
 void CheckState::report(int64_t program, std::string message) {
@@ -82,6 +86,32 @@ std::string coords_str(const int64_t* c, int n) {
   std::string s = "[";
   for (int k = 0; k < n; ++k) s += (k ? ", " : "") + std::to_string(c[k]);
   return s + "]";
+}
+
+std::string unwritten_report(const std::string& what, const ShapeDtype& array, const std::vector<ShadowElem>& shadow) {
+  int64_t count = 0, first = -1, last = -1;
+  for (size_t k = 0; k < shadow.size(); ++k)
+    if (shadow[k].w == -1 && shadow[k].a1 == -1) {
+      if (first < 0) first = static_cast<int64_t>(k);
+      last = static_cast<int64_t>(k);
+      ++count;
+    }
+  if (count == 0) return "";
+  auto coords = [&](int64_t lin) {
+    int n = static_cast<int>(array.shape.size());
+    int64_t c[kMaxRank] = {};
+    for (int d = n - 1; d >= 0; --d) {
+      int64_t sz = array.shape[static_cast<size_t>(d)];
+      c[d] = sz ? lin % sz : 0;
+      lin = sz ? lin / sz : 0;
+    }
+    return coords_str(c, n);
+  };
+  return std::to_string(count) + " of " + std::to_string(shadow.size()) + " elements of " + what + " " + array.str() +
+         " were written by no program (the first at " + coords(first) + ", the last at " + coords(last) +
+         "); they come back as poison (NaN for floats in the interpreter, stale memory on the GPU). Make the grid cover "
+         "every block of the output (e.g. grid = pl::cdiv(size, block) along each axis), check that its index map "
+         "reaches each block, and that the kernel's stores (and their masks) cover each block";
 }
 
 }  // namespace pallas::interp

@@ -14,9 +14,9 @@
 namespace pallas::interp {
 
 struct ChecksOn {
-  bool races = false, uninitialized = false, out_of_bounds = false;
-  bool any() const { return races || uninitialized || out_of_bounds; }
-  bool shadow() const { return races || uninitialized; }
+  bool races = false, uninitialized = false, out_of_bounds = false, unwritten = false, padding = false;
+  bool any() const { return races || uninitialized || out_of_bounds || unwritten || padding; }
+  bool shadow() const { return races || uninitialized || unwritten; }
 };
 // The call's params, with unset fields taken from PALLAS_INTERPRET_CHECKS.
 ChecksOn resolve_checks(const InterpretParams& p);
@@ -64,5 +64,9 @@ struct CheckState {
 };
 
 std::string coords_str(const int64_t* c, int n);  // "[3, 5]"
+
+// After the grid: which elements of an output no program wrote, from its shadow (w and a1
+// still -1), as the report's text; empty when every element was written.
+std::string unwritten_report(const std::string& what, const ShapeDtype& array, const std::vector<ShadowElem>& shadow);
 
 }  // namespace pallas::interp

@@ -246,7 +246,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
   if (n == 0) return;
   const bool reads = kind != AccessKind::Write;
   const bool value_read = kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap;  // padding reads count
-  const bool per_element = info && ((info->shadow && (cs.on.races || cs.on.uninitialized)) ||
+  const bool per_element = info && ((info->shadow && cs.on.shadow()) ||
                                     (info->scratch_written && cs.on.uninitialized));
 
   // A rectangular access (no index arrays) is checked against the ref and the array by its
@@ -264,7 +264,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       }
       if (lo[d] < 0 || hi[d] >= ref.shape[d]) rect_ok = false;
     }
-    if (rect_ok && info && value_read && cs.on.out_of_bounds)
+    if (rect_ok && info && value_read && cs.on.padding)
       for (int k = 0; k < a.ndims; ++k) {
         int d = info->ref_dim_to_array[k];
         if (info->start[d] + lo[k] < 0 || info->start[d] + hi[k] >= info->array_shape[d]) rect_ok = false;  // padding
@@ -433,7 +433,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       lin += ac[d] * astr[d];
     }
     if (!inarr) {  // the padding of an overhanging block: only reads that give a value count
-      if (cs.on.out_of_bounds && value_read) {
+      if (cs.on.padding && value_read) {
         std::string range;
         for (int d = 0; d < rank; ++d)
           range += (d ? ", " : "") + std::to_string(info->start[d]) + ":" + std::to_string(info->start[d] + info->block[d]);
