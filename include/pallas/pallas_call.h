@@ -80,8 +80,9 @@ struct InterpretParams {
 
 struct CallOptions {
   std::vector<int64_t> grid;  // any rank; pl::dynamic for a size given at call time
-  // One entry per grid axis, or empty: inferred (an axis along which some output's index map
-  // does not move, so programs revisit its blocks, is Sequential; the others Parallel).
+  // One entry per grid axis, or empty: inferred (an axis along which two programs may write one
+  // block of some output — its index map ignores the axis, or reads it as i / 2, i + j, ... —
+  // is Sequential; one that every output's map keeps one-to-one is Parallel).
   std::vector<DimensionSemantics> dimension_semantics;
   std::vector<BlockSpec> in_specs;   // empty: every input whole
   std::vector<BlockSpec> out_specs;  // empty: every output whole
@@ -89,7 +90,7 @@ struct CallOptions {
   int num_scalar_prefetch = 0;  // leading i32 operands handed to every index map and the kernel
   std::map<int, int> input_output_aliases;  // input index -> output index
   bool interpret = false;
-  bool debug = false;  // print the IR (and the generated code on the GPU)
+  bool debug = false;  // print the IR; on the GPU also write the generated code to PALLAS_DUMP_DIR or <cache>/dump
   std::string name;
   CompilerParams compiler_params;
   std::optional<CostEstimate> cost_estimate;
@@ -161,8 +162,8 @@ class Call {
   std::string jaxpr_text() const;  // the kernel, index maps and grid, as debug=true prints
   std::string name() const;
   int num_outputs() const;
-  // Where a call of the traced kernel runs: "cuda" or "interpreter" (Backend::Auto uses the
-  // interpreter for kernels the GPU backend has no lowering for).
+  // Where a call of the traced kernel runs: "cuda" or "interpreter" (Backend::Auto: the GPU
+  // where one is usable, else the interpreter).
   std::string backend_name() const;
   // Lowers the traced kernel with the CUDA backend and compiles it with NVRTC for `arch`
   // (e.g. "sm_90a") without running it; needs the CUDA toolkit at build time, not a GPU.
