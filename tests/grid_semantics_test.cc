@@ -183,7 +183,7 @@ TEST(GridSemantics, BlocksOutsideTheArrayOnEitherSide) {
        .in_specs = {pl::BlockSpec({pl::squeezed, 8}, [](V i) { return pl::idx(i - 1, i - 1); })},
        .out_specs = {pl::BlockSpec({pl::squeezed, 8}, [](V i) { return pl::idx(i, i - 1); })},
        .name = "outside",
-       .interpret_params = kNoBoundsCheck});
+       .interpret_params = {.detect_out_of_bounds = false, .detect_unwritten_outputs = false}});  // half the rows stay unwritten
   auto got = c(x).to_vector<float>();
   auto xv = x.to_vector<float>();
   // program i copies x[i-1, 8(i-1) : 8i] to row i: rows 1 and 2 get one half each; program
@@ -234,7 +234,8 @@ TEST(GridSemantics, InferenceSeesAffineIndexMaps) {
                                 auto v = map(i, j);
                                 return pl::idx(v[0], v[1]);
                               })},
-                              .interpret = true});
+                              .interpret = true,
+                              .interpret_params = {.detect_unwritten_outputs = false}});  // some maps skip blocks
     c(std::vector<pl::Array>{});
     std::string t = c.jaxpr_text();
     auto at = t.find("dimension_semantics=");

@@ -24,6 +24,11 @@ struct BlockMapping {
   // Index map: invars are the grid indices (i32 scalars) then the scalar-prefetch refs;
   // outvars are one block index per array dim (i32).
   ir::JaxprPtr index_map;
+  // Elements of this output may stay unwritten by design, so the interpreter's unwritten-outputs
+  // check skips it: the outputs of a checkified call (a failing program stops early; its error
+  // values are written only then) and a ragged batch's rows past each length (unspecified,
+  // docs/transforms.md).
+  bool may_stay_unwritten = false;
   Shape ref_shape() const;  // the kernel's view: block_shape without the squeezed dims
   // Element offset of the block with these block indices.
   bool index_map_is_constant_zero() const;

@@ -238,8 +238,12 @@ SlotCall slot_pallas_call(const core::PallasCall& c0) {
   }
   r.call = c;
   r.call.kernel = std::make_shared<const ir::Jaxpr>(std::move(kj));
+  // A program whose check fails stops there, so its later writes never happen: any output of
+  // a checked call may stay partly unwritten, and the error values are written only on failure.
+  for (auto& bm : r.call.grid.outputs) bm.may_stay_unwritten = true;
   r.call.grid.outputs.push_back(slot_block("checkify error code", c, 1, DType::I32));
   r.call.grid.outputs.push_back(slot_block("checkify error values", c, r.payload, DType::F64));
+  r.call.grid.outputs.back().may_stay_unwritten = true;
   ir::verify(*r.call.kernel, r.call.what);
   return r;
 }

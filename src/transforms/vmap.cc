@@ -339,7 +339,10 @@ core::PallasCall ragged_pallas_call(const core::PallasCall& r, int grid_axis, in
     return std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
   };
   for (auto& bm : n.grid.inputs) bm.index_map = rewrite_map(*bm.index_map);
-  for (auto& bm : n.grid.outputs) bm.index_map = rewrite_map(*bm.index_map);
+  for (auto& bm : n.grid.outputs) {
+    bm.index_map = rewrite_map(*bm.index_map);
+    bm.may_stay_unwritten = true;  // rows past each length
+  }
   trace::KernelContext ctx{r.what, r.grid.grid, true};
   ir::Jaxpr kj;
   {
