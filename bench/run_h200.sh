@@ -27,9 +27,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
 if has build; then
   t0=$(date +%s)
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLAS_GTEST_SOURCE_DIR=$PWD/.deps/googletest \
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPALLAS_GTEST_SOURCE_DIR=$PWD/.deps/googletest -DPALLAS_GPU_TESTS=ON \
     > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-  echo "build: $(( $(date +%s) - t0 )) s"; grep "CUDA backend" "$OUT/build.log"
+  echo "build: $(( $(date +%s) - t0 )) s"; grep -E "CUDA backend|GPU half" "$OUT/build.log"
 fi
 if has tests; then
   t0=$(date +%s)

@@ -3,8 +3,9 @@
 # Runs the generator program (your kernels, linked with pallas; its main() calls
 # pallas::aot::generator_main) at build time. The result is ${NAME}.h in the build tree: the
 # kernels' cubins for ARCHS, and one launch function per kernel in namespace NAME. The INTERFACE
-# target NAME carries the header's directory and pallas_aot_runtime: a program that links NAME
-# needs only the CUDA driver at run time, no NVRTC and no Pallas library.
+# target NAME carries the header's directory and pallas::aot_runtime: a program that links NAME
+# needs only the CUDA driver at run time, no NVRTC and no Pallas library. Defined by
+# add_subdirectory(pallas) and by find_package(pallas) alike (where the CUDA backend was built).
 function(pallas_add_aot NAME)
   cmake_parse_arguments(A "" "GENERATOR" "ARCHS" ${ARGN})
   if(NOT A_GENERATOR OR NOT A_ARCHS)
@@ -21,5 +22,5 @@ function(pallas_add_aot NAME)
   add_library(${NAME} INTERFACE)
   add_dependencies(${NAME} ${NAME}_generate)
   target_include_directories(${NAME} INTERFACE ${dir})
-  target_link_libraries(${NAME} INTERFACE pallas_aot_runtime)
+  target_link_libraries(${NAME} INTERFACE pallas::aot_runtime)
 endfunction()
