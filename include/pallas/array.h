@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -118,8 +119,16 @@ class Array {
   void copy_from(const Array& src) const;  // writes the shared storage, not the handle
   Array astype(DType t) const;
   Array reshape(Shape s) const;  // shares storage
-  // "f32[2,3] [[1 2 3] [4 5 6]]", eliding the middle of large arrays.
-  std::string str(int64_t max_elements = 64) const;
+  // The shape, dtype, device and values, as NumPy prints an array (copied from the device when
+  // the array lives there):
+  //   f32[2,3] on host:
+  //   [[  1 2.5   3]
+  //    [  4   5   6]]
+  // Floats print in at most 6 significant digits, as few as give back the same value of the
+  // dtype (bf16 0.1 prints 0.1, not 0.100098); integers exactly; bools as True / False. An
+  // array of more than 64 elements shows the first and last `edge_items` of each dimension
+  // longer than 2 * edge_items, with "..." between (pass a large edge_items to see everything).
+  std::string str(int64_t edge_items = 3) const;
   std::shared_ptr<Buffer> buffer() const { return buffer_; }
   Array(std::shared_ptr<Buffer> buf, Shape shape, DType dtype)
       : buffer_(std::move(buf)), shape_(std::move(shape)), dtype_(dtype) {}
@@ -135,6 +144,9 @@ class Array {
   Shape shape_;
   DType dtype_ = DType::F32;
 };
+
+// Prints a.str(): `std::cout << out << "\n";`
+std::ostream& operator<<(std::ostream& os, const Array& a);
 
 // Convert a contiguous run of n elements between dtypes (saturating float→int, NaN → 0, as XLA).
 void convert_elements(DType from, const void* src, DType to, void* dst, int64_t n);

@@ -224,6 +224,28 @@ inline Value& operator-=(Value& a, const Value& b) { return a = a - b; }
 inline Value& operator*=(Value& a, const Value& b) { return a = a * b; }
 inline Value& operator/=(Value& a, const Value& b) { return a = a / b; }
 
+// ---- integer helpers ----
+// Ceiling division (Triton's tl.cdiv, JAX's pl.cdiv): how many blocks of b cover a, e.g. the
+// grid over n elements in blocks of 128 is {pl::cdiv(n, 128)}, the last block overhanging.
+// On C++ integers it is exact for every a (negative too) and b > 0; b <= 0 is a pl::Error
+// (a compile error in a constant expression).
+constexpr int64_t cdiv(int64_t a, int64_t b) {
+  if (b <= 0) throw Error("pl::cdiv(" + std::to_string(a) + ", " + std::to_string(b) + "): the divisor must be positive");
+  return a / b + (a % b > 0 ? 1 : 0);
+}
+// On traced integer Values (in a kernel or an index map, scalars or tiles) it is traced as
+// (a + b - 1) / b: right for a >= 0 and b > 0 (integer division truncates toward zero, so a
+// negative a rounds the wrong way), and a + b - 1 must fit the dtype. Floats are an error.
+inline Value cdiv(const Value& a, const Value& b) {
+  if (!is_integer(a.dtype()) || !is_integer(b.dtype()))
+    throw Error("pl::cdiv takes integers, got " + a.str() + " and " + b.str() + "; for floats use pl::ceil(a / b)");
+  return (a + b - 1) / b;
+}
+inline Value cdiv(const Value& a, int64_t b) {
+  if (b <= 0) throw Error("pl::cdiv(" + a.str() + ", " + std::to_string(b) + "): the divisor must be positive");
+  return cdiv(a, Value(b));
+}
+
 // ---- shapes ----
 // Axes for reductions and squeeze: one int or a list.
 struct Axes {

@@ -2,6 +2,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "pallas/testing.h"
 #include "src/core/backend_registry.h"
 #include "src/core/pallas_call.h"
 
@@ -220,6 +221,8 @@ bool cuda_available() {
   const core::BackendRunner* gpu = core::cuda_runner();
   return gpu && gpu->available();
 }
+
+bool testing::backend_available() { return core::default_backend() != Backend::Cuda || cuda_available(); }
 
 int cuda_device_count() {
   const core::BackendRunner* gpu = core::cuda_runner();

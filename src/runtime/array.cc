@@ -1,5 +1,4 @@
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <type_traits>
@@ -179,40 +178,6 @@ bool Array::is_view() const { return buffer_ && !buffer_->owned; }
 Array Array::reshape(Shape s) const {
   if (shape_size(s) != size()) throw Error("Array::reshape: cannot reshape " + shape_str(shape_) + " to " + shape_str(s));
   return Array(buffer_, std::move(s), dtype_);
-}
-
-std::string Array::str(int64_t max_elements) const {
-  if (!buffer_) return "<empty Array>";
-  std::vector<double> v = to_vector<double>();
-  std::string s = shape_str(shape_, dtype_) + " ";
-  int64_t n = size();
-  auto elem = [&](int64_t i) {
-    char b[32];
-    if (is_float(dtype_)) std::snprintf(b, sizeof b, "%.6g", v[i]);
-    else if (dtype_ == DType::Bool) std::snprintf(b, sizeof b, "%s", v[i] != 0 ? "True" : "False");
-    else std::snprintf(b, sizeof b, "%lld", static_cast<long long>(v[i]));
-    return std::string(b);
-  };
-  if (shape_.empty()) return s + elem(0);
-  // span[k]: elements in one sub-array of dims k..end; brackets open and close on its boundaries
-  size_t r = shape_.size();
-  std::vector<int64_t> span(r + 1, 1);
-  for (size_t k = r; k-- > 0;) span[k] = span[k + 1] * shape_[k];
-  bool elide = n > max_elements;
-  for (int64_t i = 0; i < n; ++i) {
-    if (elide && i == max_elements / 2) {
-      s += " ...";
-      i = n - max_elements / 2;
-    }
-    int opens = 0;
-    for (size_t k = 0; k < r; ++k)
-      if (i % span[k] == 0) ++opens;
-    if (i > 0) s += " ";
-    s += std::string(static_cast<size_t>(opens), '[') + elem(i);
-    for (size_t k = 0; k < r; ++k)
-      if ((i + 1) % span[k] == 0) s += "]";
-  }
-  return s;
 }
 
 void Array::copy_to_host_as(DType t, void* out) const {
