@@ -46,6 +46,9 @@ if has tests; then
   # the examples on the GPU: the demo, and the AOT programs (runtime only; JIT vs AOT bit for bit)
   ctest --test-dir build-gpu -j4 --timeout 240 -R "^examples\." --output-on-failure > "$OUT/ctest-examples.log" 2>&1
   echo "ctest examples rc=$?"; grep -E "tests passed|tests failed|Skipped|agree|DIFFER" "$OUT/ctest-examples.log" | head -12
+  # the package as a consumer sees it (installed, moved, AOT through find_package) and Pallas as a subproject
+  ctest --test-dir build-gpu --timeout 300 -L build --output-on-failure > "$OUT/ctest-build.log" 2>&1
+  echo "ctest build checks rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest-build.log"
 fi
 if has regress; then
   PALLAS_TEST_BACKEND=cuda build-gpu/tests/pallas_tests --gtest_filter='FuzzRegression.*:Atomics.*' > "$OUT/regress.log" 2>&1
