@@ -1,11 +1,14 @@
 // pl::autotune (include/pallas/autotune.h): the fastest candidate is chosen, remembered in
 // memory and on disk per device and shapes, failing candidates are reported, errors are
 // clear. Timed on whichever backend runs the calls (the interpreter without a GPU).
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 
 #include <pallas/kernels.h>
 
+#include "tests/temp_cache_dir.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -13,21 +16,7 @@ namespace pl = pallas;
 using pt::throws_error;
 
 // A fresh PALLAS_CACHE_DIR for one test (the disk cache must start empty).
-struct TempCacheDir {
-  std::string old, dir;
-  TempCacheDir() {
-    if (const char* o = std::getenv("PALLAS_CACHE_DIR")) old = o;
-    char tmpl[] = "/tmp/pallas_autotune_XXXXXX";
-    dir = mkdtemp(tmpl);
-    setenv("PALLAS_CACHE_DIR", dir.c_str(), 1);
-  }
-  ~TempCacheDir() {
-    if (old.empty()) unsetenv("PALLAS_CACHE_DIR");
-    else setenv("PALLAS_CACHE_DIR", old.c_str(), 1);
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
+using TempCacheDir = pt::TempCacheDir;
 
 // o = x + 1, after `work` rounds of throw-away exp (the slow candidates), in blocks of `bs`.
 pl::Call plus_one(const pl::Config& c, const std::vector<pl::ShapeDtype>& in) {
@@ -69,6 +58,38 @@ TEST(Autotune, PicksTheFastestAndRemembersIt) {
   pl::TuningReport r3 = again.tune({pl::random::normal({1000}, pl::f32, 2)});
   EXPECT_FALSE(r3.from_cache);
   EXPECT_EQ(r3.timings_ms.size(), 3u);
+}
+
+// The choice on disk picks the code that runs: a cache directory others can write is neither
+// read nor written (the kernel is tuned in memory), and a file cut short is ignored and replaced.
+TEST(Autotune, DiskChoicesOnlyFromAPrivateDirectoryAndWhole) {
+  pl::Array x = pl::random::normal({4096}, pl::f32, 1);
+  const pl::AutotuneOptions opts{.name = "plus_one_disk", .bench = {.warmup = 0, .reps = 1}};
+  {
+    TempCacheDir tmp;
+    ASSERT_EQ(chmod(tmp.dir.c_str(), 0777), 0);
+    testing::internal::CaptureStderr();
+    pl::TuningReport r = pl::autotune(plus_one, space(), opts).tune({x});
+    pl::TuningReport again = pl::autotune(plus_one, space(), opts).tune({x});
+    std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(r.from_cache);
+    EXPECT_FALSE(again.from_cache);  // nothing was kept there
+    EXPECT_FALSE(std::filesystem::exists(tmp.dir + "/autotune"));
+    EXPECT_THAT(err, ::testing::HasSubstr("not using the cache directory " + tmp.dir));
+    EXPECT_THAT(err, ::testing::HasSubstr("mode 777"));
+  }
+  TempCacheDir tmp;
+  EXPECT_FALSE(pl::autotune(plus_one, space(), opts).tune({x}).from_cache);
+  EXPECT_EQ(pt::mode_of(tmp.dir + "/autotune"), 0700);
+  std::vector<std::filesystem::path> files;
+  for (auto& e : std::filesystem::directory_iterator(tmp.dir + "/autotune")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(pt::mode_of(files[0].string()), 0600);
+  std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) / 2);
+  EXPECT_FALSE(pl::autotune(plus_one, space(), opts).tune({x}).from_cache);  // cut: tuned again
+  pl::TuningReport r = pl::autotune(plus_one, space(), opts).tune({x});       // and stored whole
+  EXPECT_TRUE(r.from_cache);
+  EXPECT_EQ(r.best.str(), "bs=512 work=0");
 }
 
 TEST(Autotune, FailingCandidatesAreReportedAndSkipped) {

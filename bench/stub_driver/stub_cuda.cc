@@ -118,7 +118,12 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
 }
 CUresult cuCtxSetCurrent(CUcontext) { return CUDA_SUCCESS; }
 CUresult cuCtxSynchronize() { return CUDA_SUCCESS; }
-CUresult cuModuleLoadData(CUmodule* m, const void*) {
+// Refuses what the real driver refuses first: an image that is no CUDA ELF object (its ELF
+// magic, and EM_CUDA, 190, as the machine). The library's tests of cached cubins the driver
+// refuses (tests/compile_cache_test.cc) rely on it.
+CUresult cuModuleLoadData(CUmodule* m, const void* image) {
+  const auto* b = static_cast<const unsigned char*>(image);
+  if (!b || std::memcmp(b, "\x7f" "ELF", 4) != 0 || (b[18] | b[19] << 8) != 190) return CUDA_ERROR_INVALID_IMAGE;
   *m = reinterpret_cast<CUmodule>(&g_module);
   return CUDA_SUCCESS;
 }

@@ -6,13 +6,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <thread>
 
 #include "src/core/backend_registry.h"
+#include "src/core/cache_dir.h"
 #include "src/core/pallas_call.h"
 #include "src/ir/ir.h"
 
@@ -39,7 +37,7 @@ struct Autotuned::State {
     Call call;
     TuningReport report;
   };
-  std::map<std::string, Entry> chosen;  // by key (device, shapes, candidates)
+  std::map<std::string, Entry> chosen;  // by key text (device, shapes, candidates)
   // The entry for arguments of these shapes, found without running the factory again (every
   // call of the tuned kernel looks here first).
   std::map<std::string, const Entry*> by_args;
@@ -48,16 +46,23 @@ struct Autotuned::State {
 
 namespace {
 
+// The file of a tuning's choice in the cache directory's autotune/ ("" without a usable one:
+// core::private_cache_dir refuses a directory others can write, since the file picks the code
+// that runs).
 std::string cache_path(const std::string& name, uint64_t key) {
-  const char* d = std::getenv("PALLAS_CACHE_DIR");
-  const char* h = std::getenv("HOME");
-  std::string dir = d ? d : std::string(h ? h : "/tmp") + "/.cache/pallas-cpp";
+  std::string dir = core::private_cache_dir("autotune");
+  if (dir.empty()) return "";
   char hex[32];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
   std::string n;
   for (char c : name.substr(0, 40)) n += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  return dir + "/autotune/" + (n.empty() ? "kernel" : n) + "_" + hex + ".txt";
+  return dir + "/" + (n.empty() ? "kernel" : n) + "_" + hex + ".txt";
 }
+
+// The file: the chosen configuration's line, then the whole key text it was chosen for (the
+// file's name holds only its hash), so a choice is recalled only for exactly that key and a
+// damaged or cut file is ignored (and replaced by the next tuning).
+std::string cache_entry(const std::string& config, const std::string& key_text) { return config + "\n" + key_text + "\n"; }
 
 // The dynamic grid bounds a call takes before its inputs (i32 scalars).
 size_t num_dynamic(const Call& c) {
@@ -112,10 +117,19 @@ static const Autotuned::State::Entry& tune_candidates(Autotuned::State& st, cons
     }
   std::string text = st.what() + "|" + device;
   for (const Array& a : args) text += "|" + a.shape_dtype().str();
-  for (const Candidate& c : cands)
-    text += "|" + c.cfg.str() + ":" + (c.error.empty() ? std::to_string(c.call.state()->get_traced().hash()) : "error");
-  uint64_t key = ir::hash_text(text);
-  std::string skey = std::to_string(key);
+  for (const Candidate& c : cands) {
+    text += "|" + c.cfg.str() + ":";
+    if (!c.error.empty()) {
+      text += "error";
+      continue;
+    }
+    // The traced call's hash leaves out what it is compiled with: a factory may change those alone.
+    const core::PallasCall& pc = c.call.state()->get_traced();
+    text += std::to_string(pc.hash()) + " warps " + std::to_string(pc.compiler_params.num_warps) + " stages " +
+            std::to_string(pc.compiler_params.num_stages) + (pc.debug ? " debug" : "");
+  }
+  uint64_t key = ir::hash_text(text);  // names the file on disk; memory compares the whole text
+  const std::string& skey = text;
   if (auto it = st.chosen.find(skey); it != st.chosen.end()) return it->second;
 
   TuningReport rep;
@@ -123,17 +137,13 @@ static const Autotuned::State::Entry& tune_candidates(Autotuned::State& st, cons
     rep.best = c.cfg;
     return st.chosen[skey] = {c.call, rep};
   };
-  std::string path = cache_path(st.opts.name, key);
-  if (st.opts.disk_cache) {
-    std::ifstream f(path);
-    std::string line;
-    if (f && std::getline(f, line))
-      for (const Candidate& c : cands)
-        if (c.error.empty() && c.cfg.str() == line) {
-          rep.from_cache = true;
-          return keep(c);
-        }
-  }
+  std::string path = st.opts.disk_cache ? cache_path(st.opts.name, key) : "";
+  if (std::string file; !path.empty() && core::read_whole_file(path, &file))
+    for (const Candidate& c : cands)
+      if (c.error.empty() && file == cache_entry(c.cfg.str(), text)) {
+        rep.from_cache = true;
+        return keep(c);
+      }
   // Compile every candidate in parallel (the GPU's NVRTC; nothing for the interpreter).
   if (device != "interpreter") {
     unsigned n = st.opts.compile_threads > 0 ? static_cast<unsigned>(st.opts.compile_threads) : std::max(1u, std::thread::hardware_concurrency());
@@ -176,16 +186,8 @@ static const Autotuned::State::Entry& tune_candidates(Autotuned::State& st, cons
     for (auto& [cfg, e] : rep.rejected) why += "\n  {" + cfg.str() + "}: " + e;
     throw Error(st.what() + ": every configuration failed for inputs" + (inputs.empty() ? " ()" : inputs) + ":" + why);
   }
-  if (st.opts.disk_cache) {  // temp file + rename: safe against concurrent tuners
-    std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    std::string tmp = path + ".tmp" + std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-    {
-      std::ofstream f(tmp);
-      f << best->cfg.str() << "\n";
-    }
-    std::filesystem::rename(tmp, path, ec);
-  }
+  // Temp file + rename (safe against concurrent tuners); a failed write is only not remembered.
+  if (!path.empty()) core::write_file_atomically(path, cache_entry(best->cfg.str(), text));
   return keep(*best);
 }
 

@@ -6,13 +6,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <sstream>
-#include <thread>
 #include <unordered_map>
 #include <vector>
-#include <unistd.h>
+
+#include "src/backends/cuda/disk_cache.h"
+#include "src/core/cache_dir.h"
 
 namespace pallas::cuda {
 
@@ -26,33 +26,12 @@ std::string nvrtc_version() {
 
 namespace {
 
-std::string cache_dir() {
-  if (const char* d = std::getenv("PALLAS_CACHE_DIR")) return d;
-  const char* h = std::getenv("HOME");
-  return std::string(h ? h : "/tmp") + "/.cache/pallas-cpp";
-}
-
-bool read_file(const std::string& p, std::string* out) {
-  std::ifstream f(p, std::ios::binary);
-  if (!f) return false;
-  std::ostringstream s;
-  s << f.rdbuf();
-  *out = s.str();
-  return !out->empty();
-}
-
-// Written to a unique temporary then renamed, so concurrent processes never see half files.
-void write_file(const std::string& p, const std::string& data) {
+// Files kept on request (PALLAS_DUMP_DIR, PALLAS_DUMP_PASSES, debug): the directory is made
+// where missing; a failed write leaves nothing behind (core::write_file_atomically).
+void write_dump(const std::string& p, const std::string& data) {
   std::error_code ec;
   fs::create_directories(fs::path(p).parent_path(), ec);
-  // unique per process and thread: two threads compiling the same kernel write one file each
-  std::string tmp = p + ".tmp" + std::to_string(::getpid()) + "_" + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()) & 0xffffff);
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) return;
-    f << data;
-  }
-  fs::rename(tmp, p, ec);
+  core::write_file_atomically(p, data);
 }
 
 std::string context(const std::string& src, int line) {
@@ -111,14 +90,16 @@ void check(nvrtcResult r, const std::string& what) {
 }
 
 void dump(const Lowered& L, const std::string& ptx, const std::string& dir) {
-  write_file(dir + "/" + L.name + ".cu", L.source);
-  if (!ptx.empty()) write_file(dir + "/" + L.name + ".ptx", ptx);
+  write_dump(dir + "/" + L.name + ".cu", L.source);
+  if (!ptx.empty()) write_dump(dir + "/" + L.name + ".ptx", ptx);
 }
 
 }  // namespace
 
+// The call's identity: its jaxpr objects (kept alive by the cache entry, so their addresses are
+// never reused) and everything else of the call the code depends on, without printing the jaxprs.
 std::string identity_key(const core::PallasCall& call) {
-  std::string k;
+  std::string k = call.what + "|";
   auto ptr = [&](const ir::JaxprPtr& j) { k += std::to_string(reinterpret_cast<uintptr_t>(j.get())) + ","; };
   auto shape = [&](const Shape& s) {
     for (int64_t d : s) k += std::to_string(d) + "x";
@@ -126,6 +107,7 @@ std::string identity_key(const core::PallasCall& call) {
   };
   ptr(call.kernel);
   for (int64_t g : call.grid.grid) k += std::to_string(g) + "g";
+  for (size_t a = 0; a < call.grid.semantics.size(); ++a) k += call.grid.sequential(a) ? 's' : 'p';
   for (auto& p : call.grid.prefetch) shape(p.shape), k += dtype_name(p.dtype);
   for (const auto* bs : {&call.grid.inputs, &call.grid.outputs})
     for (auto& b : *bs) {
@@ -138,119 +120,180 @@ std::string identity_key(const core::PallasCall& call) {
     }
   for (auto& s : call.grid.scratch) shape(s.shape), k += dtype_name(s.dtype);
   for (auto [i, o] : call.aliases) k += "a" + std::to_string(i) + ">" + std::to_string(o);
-  k += call.debug ? "d" : "";
   return k;
 }
 
-std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
-  // Two levels: the call's identity (cheap on every call: the jaxpr objects, kept alive by the
-  // entry so their addresses are never reused, and everything else the code depends on), then
-  // its structural hash (equal calls traced apart share one kernel).
+std::string compile_params_key(const core::PallasCall& call, const Target& target) {
+  const CompilerParams& cp = call.compiler_params;
+  return "|warps " + std::to_string(cp.num_warps) + " stages " + std::to_string(cp.num_stages) + (call.debug ? " debug" : "") + " " +
+         target.text();
+}
+
+namespace {
+
+// NVRTC: the lowered kernel's cubin, or a pl::Error naming the kernel with NVRTC's log and the
+// generated source around the error. With dump_dir, the source and PTX are kept there.
+std::string nvrtc_compile(const Lowered& L, const Target& target, const std::string& what, const std::string& dump_dir) {
+  nvrtcProgram prog;
+  check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), what + ": NVRTC");
+  // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
+  // performance notes such as wgmma serialisation) on stderr. It does not change the cubin.
+  bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
+  std::vector<std::string> options = nvrtc_options(target.arch, target.lineinfo, report);
+  std::vector<const char*> opts;
+  for (const std::string& o : options) opts.push_back(o.c_str());
+  nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
+  size_t n = 0;
+  nvrtcGetProgramLogSize(prog, &n);
+  std::string log(n, '\0');
+  if (n) nvrtcGetProgramLog(prog, log.data());
+  if (report && r == NVRTC_SUCCESS) std::fprintf(stderr, "%s (%s, %s):\n%s\n", L.name.c_str(), what.c_str(), target.arch.c_str(), log.c_str());
+  if (r != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&prog);
+    if (!dump_dir.empty()) dump(L, "", dump_dir);
+    throw Error(what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + target.arch + ":\n" + log +
+                explain_nvrtc_error(log, L.source, L.name + ".cu") + "(set PALLAS_DUMP_DIR to keep the generated source)");
+  }
+  size_t cn = 0;
+  check(nvrtcGetCUBINSize(prog, &cn), what + ": NVRTC cubin");
+  std::string cubin(cn, '\0');
+  check(nvrtcGetCUBIN(prog, cubin.data()), what + ": NVRTC cubin");
+  if (!dump_dir.empty()) {
+    std::string ptx;
+    size_t pn = 0;
+    if (nvrtcGetPTXSize(prog, &pn) == NVRTC_SUCCESS && pn > 1) {
+      ptx.resize(pn);
+      nvrtcGetPTX(prog, ptx.data());
+    }
+    dump(L, ptx, dump_dir);
+  }
+  nvrtcDestroyProgram(&prog);
+  return cubin;
+}
+
+// The compiled kernels of this process. Two levels: the call's identity (cheap, asked by every
+// interpreted call under PALLAS_CUDA_COMPILE_CHECK and every first run), then the full key: the
+// call's text and compile_params_key (equal calls traced apart share one kernel). Both maps
+// compare whole keys: a hit is never a hash that happened to match.
+struct MemoryCache {
   struct ByIdentity {
     std::shared_ptr<const Compiled> compiled;
     std::vector<ir::JaxprPtr> keep_alive;
   };
-  static std::mutex mu;
-  static std::unordered_map<std::string, ByIdentity> by_identity;
-  static std::unordered_map<std::string, std::shared_ptr<const Compiled>> mem;
-  std::string tail = "/" + std::to_string(call.compiler_params.num_warps) + "/" + arch + (tensor_maps ? "" : "/no-tma") + (aligned ? "" : "/unaligned");
-  std::string id_key = identity_key(call) + tail;
-  {
-    std::lock_guard<std::mutex> g(mu);
-    auto it = by_identity.find(id_key);
-    if (it != by_identity.end()) return it->second.compiled;
+  std::mutex mu;
+  std::unordered_map<std::string, ByIdentity> by_identity;
+  std::unordered_map<std::string, std::shared_ptr<const Compiled>> by_key;
+};
+
+MemoryCache& memory() {
+  static MemoryCache m;
+  return m;
+}
+
+}  // namespace
+
+CompiledCubin cubin_for(const Lowered& L, const Target& target, const std::string& what, const std::string& dump_dir, bool read_disk) {
+  CompiledCubin r;
+  std::string dir = std::getenv("PALLAS_NO_DISK_CACHE") ? std::string() : core::private_cache_dir();
+  std::string key;
+  if (!dir.empty()) {
+    key = cubin_key(L, target);
+    r.entry = cubin_entry_path(dir, L, key);
   }
-  ByIdentity entry;
+  // With a dump directory the kernel is compiled, so the PTX can be kept.
+  if (!r.entry.empty() && dump_dir.empty() && read_disk) {
+    std::string file, why;
+    if (core::read_whole_file(r.entry, &file)) {
+      if (decode_cubin_entry(file, key, &r.cubin, &why)) {
+        r.from_disk = true;
+        return r;
+      }
+      core::note_once("damaged " + r.entry, "pallas: not using the cache entry " + r.entry + ": " + why + "; compiling " + L.name + " again and replacing it");
+    }
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  r.cubin = nvrtc_compile(L, target, what, dump_dir);
+  r.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!r.entry.empty()) {
+    std::string why;
+    if (!core::write_file_atomically(r.entry, encode_cubin_entry(key, r.cubin), &why))
+      core::note_once("unwritable " + dir, "pallas: could not store a compiled kernel in the cache directory " + dir + " (" + why +
+                                               "); kernels that cannot be stored are compiled again by later processes");
+  }
+  return r;
+}
+
+std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
+  MemoryCache& m = memory();
+  // The switches are read here, once per request, and the passes see only this Target: the key
+  // holds every one of them.
+  const Target target = target_from_env(call.what, arch, tensor_maps, aligned);
+  const std::string params = compile_params_key(call, target);
+  std::string id_key = identity_key(call) + params;
+  {
+    std::lock_guard<std::mutex> g(m.mu);
+    auto it = m.by_identity.find(id_key);
+    if (it != m.by_identity.end()) return it->second.compiled;
+  }
+  MemoryCache::ByIdentity entry;
   entry.keep_alive.push_back(call.kernel);
   for (const auto* bs : {&call.grid.inputs, &call.grid.outputs})
     for (auto& b : *bs) entry.keep_alive.push_back(b.index_map);
-  std::string key = std::to_string(call.hash()) + tail;
+  std::string key = call.text() + params;
   {
-    std::lock_guard<std::mutex> g(mu);
-    auto it = mem.find(key);
-    if (it != mem.end()) {
+    std::lock_guard<std::mutex> g(m.mu);
+    auto it = m.by_key.find(key);
+    if (it != m.by_key.end()) {
       entry.compiled = it->second;
-      by_identity[id_key] = entry;
+      m.by_identity[id_key] = entry;
       return it->second;
     }
   }
   auto c = std::make_shared<Compiled>();
   c->arch = arch;
+  c->target = target;
   // Every kernel, the library's and the user's, takes the general lowering: none is recognised.
-  c->lowered = lower(call, arch, tensor_maps, aligned);
+  c->lowered = lower(call, target);
   const Lowered& L = c->lowered;
   // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
-  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.layout_text.empty())
-    write_file(std::string(passes) + "/" + L.name + ".layout.txt", L.layout_text);
-  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.values_text.empty())
-    write_file(std::string(passes) + "/" + L.name + ".values.txt", L.values_text);
-  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.dots_text.empty())
-    write_file(std::string(passes) + "/" + L.name + ".dots.txt", L.dots_text);
-  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes && !L.grid_text.empty())
-    write_file(std::string(passes) + "/" + L.name + ".grid.txt", L.grid_text);
-  const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
-  std::string dump_dir = dump_env ? dump_env : call.debug ? cache_dir() + "/dump" : "";
-  // The line table (-lineinfo) maps the cubin's instructions to the #line places of the kernel
-  // source, for profilers' source views: with PALLAS_LINEINFO=1, or when a profiler injects
-  // itself (Nsight Compute and Systems set CUDA_INJECTION64_PATH); PALLAS_LINEINFO=0 never.
-  // It costs NVRTC about a tenth more time.
-  const char* li = std::getenv("PALLAS_LINEINFO");
-  bool lineinfo = li ? std::string(li) != "0" : std::getenv("CUDA_INJECTION64_PATH") != nullptr;
-  // The cubin is named by everything that makes it: the source, NVRTC's version and options.
-  std::string made_by = L.source + "|" + nvrtc_version();
-  for (const std::string& o : nvrtc_options(arch, lineinfo, false)) made_by += "|" + o;
-  char hb[32];
-  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(ir::hash_text(made_by)));
-  std::string disk = cache_dir() + "/" + L.name.substr(0, 48) + "_" + hb + ".cubin";
-  bool no_disk = std::getenv("PALLAS_NO_DISK_CACHE") != nullptr;
-  if (!no_disk && dump_dir.empty() && read_file(disk, &c->cubin)) {
-    c->from_disk = true;
-  } else {
-    auto t0 = std::chrono::steady_clock::now();
-    nvrtcProgram prog;
-    check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), call.what + ": NVRTC");
-    // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
-    // performance notes such as wgmma serialisation) on stderr.
-    bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
-    std::vector<std::string> options = nvrtc_options(arch, lineinfo, report);
-    std::vector<const char*> opts;
-    for (const std::string& o : options) opts.push_back(o.c_str());
-    nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
-    size_t n = 0;
-    nvrtcGetProgramLogSize(prog, &n);
-    std::string log(n, '\0');
-    if (n) nvrtcGetProgramLog(prog, log.data());
-    if (report && r == NVRTC_SUCCESS) std::fprintf(stderr, "%s (%s, %s):\n%s\n", L.name.c_str(), call.what.c_str(), arch.c_str(), log.c_str());
-    if (r != NVRTC_SUCCESS) {
-      nvrtcDestroyProgram(&prog);
-      if (!dump_dir.empty()) dump(L, "", dump_dir);
-      throw Error(call.what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + arch + ":\n" + log +
-                  explain_nvrtc_error(log, L.source, L.name + ".cu") + "(set PALLAS_DUMP_DIR to keep the generated source)");
-    }
-    size_t cn = 0;
-    check(nvrtcGetCUBINSize(prog, &cn), call.what + ": NVRTC cubin");
-    c->cubin.resize(cn);
-    check(nvrtcGetCUBIN(prog, c->cubin.data()), call.what + ": NVRTC cubin");
-    if (!dump_dir.empty()) {
-      std::string ptx;
-      size_t pn = 0;
-      if (nvrtcGetPTXSize(prog, &pn) == NVRTC_SUCCESS && pn > 1) {
-        ptx.resize(pn);
-        nvrtcGetPTX(prog, ptx.data());
-      }
-      dump(L, ptx, dump_dir);
-    }
-    nvrtcDestroyProgram(&prog);
-    c->compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (!no_disk) write_file(disk, c->cubin);
+  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes) {
+    const std::pair<const char*, const std::string*> plans[] = {
+        {".layout.txt", &L.layout_text}, {".values.txt", &L.values_text}, {".dots.txt", &L.dots_text}, {".grid.txt", &L.grid_text}};
+    for (auto [suffix, text] : plans)
+      if (!text->empty()) write_dump(std::string(passes) + "/" + L.name + suffix, *text);
   }
-  std::lock_guard<std::mutex> g(mu);
+  const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
+  std::string dump_dir = dump_env ? dump_env : call.debug ? core::private_cache_dir("dump") : "";
+  CompiledCubin b = cubin_for(L, target, call.what, dump_dir);
+  c->cubin = std::move(b.cubin);
+  c->from_disk = b.from_disk;
+  c->compile_ms = b.compile_ms;
+  c->disk_entry = std::move(b.entry);
+  std::lock_guard<std::mutex> g(m.mu);
   // Another thread may have compiled the same kernel meanwhile: keep the first, so every
   // caller shares one Compiled (and one loaded module).
-  auto [it, inserted] = mem.emplace(key, c);
+  auto [it, inserted] = m.by_key.emplace(std::move(key), c);
   entry.compiled = it->second;
-  by_identity[id_key] = entry;
+  m.by_identity[id_key] = entry;
   return it->second;
+}
+
+std::shared_ptr<const Compiled> recompile_refused(const std::shared_ptr<const Compiled>& refused, const std::string& what) {
+  auto c = std::make_shared<Compiled>(*refused);
+  // Compiled afresh (the entry on disk is what was refused), and the entry replaced.
+  CompiledCubin b = cubin_for(c->lowered, c->target, what, "", /*read_disk=*/false);
+  c->cubin = std::move(b.cubin);
+  c->from_disk = false;
+  c->compile_ms = b.compile_ms;
+  c->disk_entry = std::move(b.entry);
+  MemoryCache& m = memory();
+  std::lock_guard<std::mutex> g(m.mu);
+  // Later requests get the new one (a rare path: a walk over the maps is fine).
+  for (auto& [k, v] : m.by_key)
+    if (v == refused) v = c;
+  for (auto& [k, e] : m.by_identity)
+    if (e.compiled == refused) e.compiled = c;
+  return c;
 }
 
 }  // namespace pallas::cuda

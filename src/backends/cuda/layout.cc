@@ -182,7 +182,7 @@ struct Pass {
 
 }  // namespace
 
-LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned) {
+LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned, int force_vec) {
   const core::GridMapping& gm = call.grid;
   const ir::Jaxpr& k = *call.kernel;
   Pass P;
@@ -208,13 +208,8 @@ LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned) 
     }
     if (score > 0 && score >= best) best = score, plan.vec = V;
   }
-  // PALLAS_CUDA_VECTOR_WIDTH=n forces V (1: the plain cyclic layout, no vector accesses), to
-  // tell a layout bug from any other when a kernel misbehaves.
-  if (const char* force = std::getenv("PALLAS_CUDA_VECTOR_WIDTH"); force && *force) {
-    int v = std::atoi(force);
-    if (v < 1 || v > 16 || (v & (v - 1))) throw Error("PALLAS_CUDA_VECTOR_WIDTH must be 1, 2, 4, 8 or 16 (got '" + std::string(force) + "')");
-    plan.vec = v;
-  }
+  // PALLAS_CUDA_VECTOR_WIDTH=n (Target::vector_width) forces V, to tell a layout bug from any other.
+  if (force_vec > 0) plan.vec = force_vec;
   std::string t = "layout: blocked, runs of " + std::to_string(plan.vec) + " element(s) per thread, " + std::to_string(threads) + " threads\n";
   for (size_t i = 0; i < P.sites.size(); ++i) {
     const auto& s = P.sites[i];

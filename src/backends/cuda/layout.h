@@ -38,6 +38,7 @@ struct LayoutPlan {
 };
 
 // aligned: as lower()'s; false makes every access to an array (not scratch) one element wide.
-LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned = true);
+// force_vec > 0: V is that (Target::vector_width, PALLAS_CUDA_VECTOR_WIDTH).
+LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned = true, int force_vec = 0);
 
 }  // namespace pallas::cuda

@@ -295,7 +295,8 @@ std::vector<Range> block_index_ranges(const ir::Jaxpr& im, const std::vector<int
 namespace {
 constexpr size_t kSm90SharedLimit = 232448;  // dynamic shared memory a CUDA block may take on sm_90
 
-Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned, bool grid_pipeline) {
+Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline) {
+  const std::string& arch = target.arch;
   const core::GridMapping& gm = call.grid;
   int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
   Lowered L;
@@ -305,11 +306,12 @@ Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool
   L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   Emitter E(L.threads, call.what);
   E.wgmma = arch == "sm_90a";
-  E.tma = E.wgmma && tensor_maps && aligned && !std::getenv("PALLAS_NO_TMA");
+  E.target = target;
+  E.tma = E.wgmma && target.tensor_maps && target.aligned && !target.no_tma;
   E.num_stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
   E.checks_enabled = call.debug;
   // The passes before emission: layouts and vector accesses (layout.h).
-  LayoutPlan layout = plan_layout(call, L.threads, aligned);
+  LayoutPlan layout = plan_layout(call, L.threads, target.aligned, target.vector_width);
   E.vec = layout.vec;
   E.layout = &layout;
   L.layout_text = layout.text;
@@ -659,11 +661,15 @@ Lowered lower_kernel(const core::PallasCall& call, const std::string& arch, bool
 }  // namespace
 
 Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
-  Lowered L = lower_kernel(call, arch, tensor_maps, aligned, /*grid_pipeline=*/true);
+  return lower(call, target_from_env(call.what, arch, tensor_maps, aligned));
+}
+
+Lowered lower(const core::PallasCall& call, const Target& target) {
+  Lowered L = lower_kernel(call, target, /*grid_pipeline=*/true);
   // The grid pipeline plans its stages before the body takes its own shared memory; a kernel
   // that then no longer fits is lowered without it (it fitted before the stages were added,
   // or fails with the same error as without them).
-  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = lower_kernel(call, arch, tensor_maps, aligned, /*grid_pipeline=*/false);
+  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = lower_kernel(call, target, /*grid_pipeline=*/false);
   return L;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "src/backends/cuda/layout.h"
+#include "src/backends/cuda/target.h"
 #include "src/backends/cuda/value_layout.h"
 #include "src/core/pallas_call.h"
 #include "src/ir/primitive.h"
@@ -152,6 +153,7 @@ class Emitter {
   bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
   bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
   bool tma = false;             // the loop pipeliner may copy blocks with TMA (sm_90a, not for AOT)
+  Target target;                // what the kernel is compiled for, with the switches the passes read
   std::vector<TensorMapSpec> tensor_maps;  // the kernel's TMA maps so far
   // The C name of the kernel's tensor-map parameter for `m` (one per distinct map).
   std::string tensor_map(const TensorMapSpec& m);
@@ -232,6 +234,9 @@ ir::RuleTable<LowerRule>& lowering_rules();
 // aligned: the arrays start at 16-byte boundaries (cudaMalloc's and pl::Array's do; a caller's
 // view may not). Vector accesses, cp.async and TMA rely on it; without it every global access
 // is one element wide and there are no tensor copies.
+// The switches (PALLAS_NO_TMA, ...) are the target's; the overload with an arch reads them from
+// the environment (target_from_env).
+Lowered lower(const core::PallasCall& call, const Target& target);
 Lowered lower(const core::PallasCall& call, const std::string& arch = "", bool tensor_maps = true, bool aligned = true);
 
 }  // namespace pallas::cuda

@@ -1,21 +1,11 @@
 // Loop rotation (rotation.h).
 #include "src/backends/cuda/rotation.h"
 
-#include <cstdlib>
-
 namespace pallas::cuda {
 using ir::PrimId;
 
-namespace {
-// The switches for rotation (off) and the warpgroups' turns (on), to measure them.
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
-}
-}  // namespace
-
 std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries) {
-  if (!E.wgmma || count_dots(body) != 2 || env_on("PALLAS_NO_ROTATION")) return std::nullopt;
+  if (!E.wgmma || count_dots(body) != 2 || E.target.no_rotation) return std::nullopt;
   const FragmentCarry* fc = nullptr;
   for (const auto& c : carries)
     if (c) {
@@ -53,7 +43,7 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p) {
 int warpgroup_turns(const Emitter& E, const LoopPipeline& p) {
   const int groups = E.nt / 128;
   if (groups < 2 || groups > 15 || !p.barrier_free) return 0;
-  return env_on("PALLAS_PINGPONG") ? groups : 0;  // opt-in: no consistent gain measured
+  return E.target.pingpong ? groups : 0;  // opt-in: no consistent gain measured
 }
 
 void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,

@@ -40,18 +40,23 @@ nvtxDomainHandle_t nvtx_domain() {
   return d;
 }
 
-// The kernel's module loaded into a device's context (one per device: modules belong to a context).
-const Loaded& load(const std::shared_ptr<const Compiled>& c, const std::string& what, int device) {
+// The kernel's module loaded into a device's context (one per device: modules belong to a
+// context). With `may_refuse`, null when the driver refuses a cubin that came from the disk
+// cache: the caller compiles it again (recompile_refused) rather than fail on a damaged or
+// stale file. Any other refusal is a pl::Error.
+const Loaded* load(const std::shared_ptr<const Compiled>& c, const std::string& what, int device, bool may_refuse = false) {
   static std::mutex mu;
   static std::map<std::pair<const Compiled*, int>, Loaded> loaded;
   std::lock_guard<std::mutex> g(mu);
   auto it = loaded.find({c.get(), device});
-  if (it != loaded.end()) return it->second;
+  if (it != loaded.end()) return &it->second;
   const Driver& d = driver();
   make_current(device);
   const int max_smem = device_info(device).max_smem_optin;
   CUmodule m;
-  check(d.cuModuleLoadData(&m, c->cubin.data()), what + ": loading the cubin of " + c->lowered.name);
+  CUresult r = d.cuModuleLoadData(&m, c->cubin.data());
+  if (r != CUDA_SUCCESS && c->from_disk && may_refuse) return nullptr;
+  check(r, what + ": loading the cubin of " + c->lowered.name);
   CUfunction f;
   check(d.cuModuleGetFunction(&f, m, c->lowered.name.c_str()), what + ": finding " + c->lowered.name);
   size_t smem = c->lowered.smem_bytes;
@@ -59,7 +64,7 @@ const Loaded& load(const std::shared_ptr<const Compiled>& c, const std::string& 
     throw Error(what + ": the kernel needs " + std::to_string(smem) + " bytes of shared memory (scratch + exchanges) but the device allows " +
                 std::to_string(max_smem) + "; use smaller blocks");
   if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)), what + ": raising the shared-memory limit");
-  return loaded[{c.get(), device}] = {f, nvtxDomainRegisterStringA(nvtx_domain(), what.c_str()), c};
+  return &(loaded[{c.get(), device}] = {f, nvtxDomainRegisterStringA(nvtx_domain(), what.c_str()), c});
 }
 
 // An NVTX range for the scope of one launch.
@@ -128,13 +133,17 @@ struct Bound final : core::BoundState {
 // install wins.
 std::unique_ptr<Bound> make_bound(const core::PallasCall& call, const std::string& arch, int device, std::shared_ptr<const Compiled> compiled) {
   auto b = std::make_unique<Bound>();
+  const Loaded* kernel = load(compiled, call.what, device, /*may_refuse=*/true);
+  if (!kernel) {
+    compiled = recompile_refused(compiled, call.what);
+    kernel = load(compiled, call.what, device);  // compiled afresh: a refusal now is an error
+  }
   b->compiled = std::move(compiled);
   b->device = device;
   b->arch = arch;
   const Compiled& c = *b->compiled;
-  const Loaded& kernel = load(b->compiled, call.what, device);
-  b->fn = kernel.fn;
-  b->range = kernel.range;
+  b->fn = kernel->fn;
+  b->range = kernel->range;
   const core::GridMapping& gm = call.grid;
   b->num_dynamic = static_cast<size_t>(gm.num_dynamic_bounds());
   b->num_inputs = gm.prefetch.size() + gm.inputs.size();
@@ -396,7 +405,7 @@ struct CudaRunner final : core::BackendRunner {
                     "); a call runs on GPUs of one architecture (make one call per architecture)");
     }
     const Bound& b = *bp;
-    CUfunction fn = dev == b.device ? b.fn : load(b.compiled, call.what, dev).fn;
+    CUfunction fn = dev == b.device ? b.fn : load(b.compiled, call.what, dev)->fn;
     NvtxRange range(b.range);
     const core::GridMapping& gm = call.grid;
     const size_t nd = b.num_dynamic, nin = b.num_inputs, nout = b.num_outputs;
@@ -457,7 +466,7 @@ struct CudaRunner final : core::BackendRunner {
     bool aligned = true;
     for (size_t k = 0; k < nin + nout; ++k) aligned = aligned && ptrs[k] % 16 == 0;
     const Bound& u = aligned ? b : unaligned_bound(b, call);
-    if (!aligned) fn = dev == u.device ? u.fn : load(u.compiled, call.what, dev).fn;
+    if (!aligned) fn = dev == u.device ? u.fn : load(u.compiled, call.what, dev)->fn;
     const Compiled& cu = *u.compiled;
     // One CUDA block per program of the parallel axes (at most `resident_blocks` for a persistent
     // kernel); the sequential ones loop inside it.
