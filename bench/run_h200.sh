@@ -3,7 +3,7 @@
 # GPU half (every kernel on the GPU, poisoned outputs), the CUDA-lowering tests, the
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
-# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,fuzz,sanitize,bench,interop,ncu,compile,ab;
+# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,cache,fuzz,sanitize,bench,interop,ncu,compile,ab;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
 # cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_PINGPONG and PALLAS_NO_ROTATION); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
@@ -49,6 +49,17 @@ if has tests; then
   # the package as a consumer sees it (installed, moved, AOT through find_package) and Pallas as a subproject
   ctest --test-dir build-gpu --timeout 300 -L build --output-on-failure > "$OUT/ctest-build.log" 2>&1
   echo "ctest build checks rc=$?"; grep -E "tests passed|tests failed" "$OUT/ctest-build.log"
+fi
+if has cache; then
+  # A damaged disk cache: every entry cut to half its length, then a GPU program runs again (it
+  # used to segfault); then once more from the repaired cache.
+  C=/tmp/pallas-cache-check; rm -rf "$C"
+  PALLAS_CACHE_DIR=$C build-gpu/examples/pallas_demo > "$OUT/cache-cold.log" 2>&1; echo "demo, cold cache rc=$?"
+  n=0; for f in $(find "$C" -name '*.pcubin'); do truncate -s $(( $(stat -c %s "$f") / 2 )) "$f"; n=$((n + 1)); done
+  echo "cut $n cache entries to half"
+  PALLAS_CACHE_DIR=$C build-gpu/examples/pallas_demo > "$OUT/cache-cut.log" 2>&1; echo "demo, every entry cut rc=$?"
+  grep -ci "recompil\|damaged\|replac" "$OUT/cache-cut.log" | sed 's/^/  notes about damaged entries: /'
+  PALLAS_CACHE_DIR=$C build-gpu/examples/pallas_demo > "$OUT/cache-warm.log" 2>&1; echo "demo, repaired cache rc=$?"
 fi
 if has regress; then
   PALLAS_TEST_BACKEND=cuda build-gpu/tests/pallas_tests --gtest_filter='FuzzRegression.*:Atomics.*' > "$OUT/regress.log" 2>&1
