@@ -13,7 +13,11 @@
 //  - The checks (.interpret_params, or PALLAS_INTERPRET_CHECKS=1 for every call of a program):
 //      detect_races          two programs of a parallel grid axis touch one element, one writes;
 //      detect_uninitialized  a read of an output element no program has written yet;
-//      detect_out_of_bounds  an unmasked access past a ref, or a read of an edge block's padding.
+//      detect_out_of_bounds  an unmasked access past a ref (a ds or index past the block);
+//      detect_unwritten_outputs  output elements no program wrote (a grid a block short);
+//      detect_padding_reads  an unmasked load of an edge block's padding — legal (it reads NaN
+//                            and the store drops those lanes), so not among "1"/"all": ask for
+//                            it ("padding") to find a padded lane that reaches a reduction.
 //    They keep a record per element, so they cost time: turn them on while debugging and in
 //    tests (`PALLAS_INTERPRET_CHECKS=1 ./build/tutorials/tutorial_05_matmul_k_grid`).
 //  - Looking inside: pl::debug_print("fmt {}", {values}) prints from every program, prefixed by
@@ -81,19 +85,20 @@ int main() {
                            .interpret_params = {.detect_uninitialized = true}})(x);
                },
                "which no program has written");
-  // Bug 3: tutorial 01 without its mask: the last block's loads read past the array's end.
-  ok &= caught("out of bounds: an unmasked load of an overhanging block",
+  // Bug 3: tutorial 01's grid computed as 1000 / 128 = 7 instead of pl::cdiv(1000, 128) = 8:
+  // the last 104 elements are never written (NaN here, stale memory on a GPU).
+  ok &= caught("unwritten outputs: a grid one block short",
                [&] {
                  pl::BlockSpec spec({128}, [](V i) { return pl::idx(i); });
                  auto add = pl::pallas_call([](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = a[pl::all] + b[pl::all]; },
                                             pl::ShapeDtype({1000}, pl::f32),
-                                            {.grid = {pl::cdiv(1000, 128)}, .in_specs = {spec, spec}, .out_specs = {spec},
-                                             .interpret = true, .name = "unmasked_add",
-                                             .interpret_params = {.detect_out_of_bounds = true}});
+                                            {.grid = {1000 / 128}, .in_specs = {spec, spec}, .out_specs = {spec},
+                                             .interpret = true, .name = "short_add",
+                                             .interpret_params = {.detect_unwritten_outputs = true}});
                  pl::Array v = pl::Array::zeros({1000}, pl::f32);
                  add(v, v);
                },
-               "reads the padding");
+               "104 of 1000 elements of output 0 f32[1000] were written by no program");
 
   // The fix of bugs 1 and 2: zero first, and leave the semantics to inference (axis 1
   // sequential). Run on the default backend (the GPU where there is one) and checked.
