@@ -67,7 +67,8 @@ std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n) {
   // Invars past the first n (scalar-prefetch refs) and values computed from them alone are
   // constants of unknown value; so is anything that depends on no leading invar.
   auto of = [&](const Atom& a) -> AffineForm {
-    if (auto* l = std::get_if<Literal>(&a)) return constant(is_integer(l->dtype) || l->dtype == DType::Bool ? std::optional<int64_t>(l->i) : std::nullopt);
+    if (auto* l = std::get_if<Literal>(&a))
+      return constant(is_integer(l->dtype) || l->dtype == DType::Bool ? std::optional<int64_t>(l->i) : std::nullopt);
     auto it = form.find(std::get<Var>(a).id);
     return it != form.end() ? it->second : constant(std::nullopt);
   };

@@ -379,8 +379,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
     r.base = "((" + ctype(sd.dtype) + "*)" + ptr + ")";
     r.dtype = sd.dtype;
     r.shape = sd.shape;
-    r.strides.assign(sd.shape.size(), 1);
-    for (int d = static_cast<int>(sd.shape.size()) - 2; d >= 0; --d) r.strides[d] = r.strides[d + 1] * sd.shape[d + 1];
+    r.strides = row_major_strides(sd.shape);
     r.lim.assign(sd.shape.size(), "");
     E.refs[v.id] = r;
   };
@@ -487,10 +486,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
       resident[o] = true;
       resident_global[o] = r;
       r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(soff) + "))";
-      for (int d = static_cast<int>(r.shape.size()) - 1, st = 1; d >= 0; --d) {
-        r.strides[static_cast<size_t>(d)] = st;
-        st *= static_cast<int>(r.shape[static_cast<size_t>(d)]);
-      }
+      r.strides = row_major_strides(r.shape);
       soff = (soff + bytes + 15) & ~size_t{15};
     }
     E.xoff = soff;
@@ -595,10 +591,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
       RefInfo& r = E.refs[k.invars[np + in.input].id];
       r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(gp->base + in.offset) + " + (int)(" + step + " % " + S + ") * " +
                std::to_string(gp->stage_bytes) + "))";
-      for (int d = static_cast<int>(r.shape.size()) - 1, st = 1; d >= 0; --d) {
-        r.strides[static_cast<size_t>(d)] = st;
-        st *= static_cast<int>(r.shape[static_cast<size_t>(d)]);
-      }
+      r.strides = row_major_strides(r.shape);
       r.param = -1;  // not an array's block for the loop pipeliner's tensor copies
     }
     E.line("pallas_dev::mbar_wait((u64*)(smem + " + std::to_string(gp->bars) + ") + (int)(" + step + " % " + S + "), (int)((" + step + " / " + S +
@@ -612,8 +605,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
     r.dtype = sd.dtype;
     r.base = "((" + ctype(sd.dtype) + "*)(smem + " + std::to_string(scratch_off[s]) + "))";
     r.shape = sd.shape;
-    r.strides.assign(sd.shape.size(), 1);
-    for (int d = static_cast<int>(sd.shape.size()) - 2; d >= 0; --d) r.strides[d] = r.strides[d + 1] * sd.shape[d + 1];
+    r.strides = row_major_strides(sd.shape);
     r.lim.assign(sd.shape.size(), "");
     E.refs[k.invars[np + nin + nout + s].id] = r;
     // Scratch starts as poison when the runner asks for it (debug / PALLAS_CUDA_POISON), so
