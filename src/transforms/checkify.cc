@@ -370,7 +370,9 @@ std::string CheckedCall::jaxpr_text(const std::vector<ShapeDtype>& inputs) const
 }
 
 namespace detail {
-void check_impl(const Value& pred, const std::string& fmt, const std::vector<Value>& values) {
+void check_impl(const Operand& pred_at, const std::string& fmt, const std::vector<Value>& values) {
+  trace::Here here(pred_at.loc);
+  const Value& pred = pred_at.v;
   size_t holes = 0;
   for (size_t k = 0; k + 1 < fmt.size(); ++k)
     if (fmt[k] == '{' && fmt[k + 1] == '}') ++holes;
