@@ -310,14 +310,26 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   return c;
 }
 
+Error wrong_argument_count(const std::string& what, size_t given, size_t dynamic, size_t prefetch, size_t inputs,
+                           const std::string& why) {
+  std::vector<std::string> parts;
+  if (dynamic) parts.push_back(plural(dynamic, "dynamic grid bound"));
+  if (prefetch) parts.push_back(plural(prefetch, "scalar-prefetch operand"));
+  parts.push_back(plural(inputs, "input") + (why.empty() ? "" : " (" + why + ")"));
+  std::string list = parts[0];
+  for (size_t k = 1; k < parts.size(); ++k) list += (k + 1 == parts.size() ? " and " : ", ") + parts[k];
+  return Error(what + ": called with " + plural(given, "array") + " but it takes " + std::to_string(dynamic + prefetch + inputs) +
+               ": " + list + (parts.size() > 1 ? ", in that order" : "") +
+               (dynamic ? "; dynamic grid bounds are i32 scalars (pl::Array::scalar)" : ""));
+}
+
 // On every call: compares in place (no copies of shapes), strings only for the error.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args) {
   const GridMapping& gm = call.grid;
   size_t nd = static_cast<size_t>(gm.num_dynamic_bounds());
   size_t n_ins = gm.prefetch.size() + gm.inputs.size();
   if (args.size() != nd + n_ins)
-    throw Error(call.what + ": called with " + plural(args.size(), "argument") + " but it takes " +
-                (nd ? plural(nd, "dynamic grid bound") + " and " : "") + plural(n_ins, "input"));
+    throw wrong_argument_count(call.what, args.size(), nd, gm.prefetch.size(), gm.inputs.size(), "");
   for (size_t k = 0; k < nd; ++k)
     if (!args[k].defined() || !args[k].shape().empty() || !is_integer(args[k].dtype()))
       throw Error(call.what + ": argument " + std::to_string(k) +
