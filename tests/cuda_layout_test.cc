@@ -330,9 +330,15 @@ TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
 // generated for it starts.
 int g_line_of_dot = 0;
 TEST(CudaLayout, GeneratedCodePointsToTheKernelSource) {
+  // (the refs are read a line before the dot and stored some lines after it: ref accesses have
+  // lines of their own, and an error two lines into the dot's code must be nearest the dot's)
   auto kernel = [](pl::Ref x, pl::Ref y, pl::Ref o) {
-    pl::Value d = pl::dot(x[pl::all], y[pl::all]); g_line_of_dot = __LINE__;
-    o[pl::all] = pl::exp(d);
+    pl::Value a = x[pl::all], b = y[pl::all];
+    pl::Value d = pl::dot(a, b); g_line_of_dot = __LINE__;
+    pl::Value e = pl::exp(d);  // no line of its own
+    //
+    //
+    o[pl::all] = e;
   };
   pl::Call k = pl::pallas_call(kernel, pl::ShapeDtype({64, 64}, pl::f32), {.name = "lines"});
   k.trace({pl::ShapeDtype({64, 64}, pl::f32), pl::ShapeDtype({64, 64}, pl::f32)});

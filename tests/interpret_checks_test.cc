@@ -374,6 +374,36 @@ TEST(InterpretOnlyChecks, UnwrittenOutputs) {
   EXPECT_EQ(got, (std::vector<float>{3.f, 3.f, 3.f, 3.f}));
 }
 
+// A block wholly outside its array is no edge block: its index map put it there. Reading it is
+// reported as out of bounds (in "all"; padding reads of edge blocks are not), and the message
+// says so (block index, element start, the array's size, the program, the load's line)
+// without suggesting a block shape that divides the array, which would not help.
+TEST(InterpretOnlyChecks, BlockWhollyOutsideTheArrayBlamesTheIndexMap) {
+  int line = 0;
+  auto out = pl::BlockSpec({4}, [](V i) { return pl::idx(i); });
+  auto call = [&](int shift, pl::InterpretParams checks = kBounds) {
+    auto in = pl::BlockSpec({4}, [shift](V i) { return pl::idx(i + shift); });  // the bug: counts elements, say
+    return pl::pallas_call(
+        [&](pl::Ref x, pl::Ref o) {
+          line = __LINE__; o[pl::all] = x[pl::all];
+        },
+        pl::ShapeDtype({8}, pl::f32),
+        {.grid = {2}, .in_specs = {in}, .out_specs = {out}, .interpret = true, .name = "far", .interpret_params = checks});
+  };
+  std::string m = error_of([&] { call(2)(ramp(8)); });
+  EXPECT_TRUE(throws_error([&] { call(2)(ramp(8)); },
+                           {"kernel 'far'", "program (0,) loads input 0 (at interpret_checks_test.cc:" + std::to_string(line) + ")",
+                            "from a block wholly outside the f32[8] array", "its index map put block index 2 of dim 0 at element 8",
+                            "past the array's size 8", "The index map is the likely bug", "must be in [0, 2)"}));
+  EXPECT_EQ(m.find("divides"), std::string::npos) << m;
+  EXPECT_TRUE(throws_error([&] { call(-1)(ramp(8)); },
+                           {"kernel 'far'", "program (0,) loads input 0", "block index -1 of dim 0 at element -4",
+                            "before the array's start"}));
+  EXPECT_TRUE(throws_error([&] { call(2, kAll)(ramp(8)); }, {"from a block wholly outside", "likely bug"}));
+  EXPECT_TRUE(throws_error([&] { call(2, kPadding)(ramp(8)); }, {"from a block wholly outside", "likely bug"}));
+  EXPECT_NO_THROW(call(2, kNone)(ramp(8)));  // off: it reads poison
+}
+
 // ---- grid sizes ----
 
 TEST(InterpretOnlyChecks, GridOverflowAndHugeGrids) {

@@ -75,16 +75,18 @@ TEST(IR, TextAndHashStableAcrossTraces) {
 
 // Each eqn keeps the kernel source line of the named op that made it (pl::SourceLocation,
 // a defaulted last parameter): the ops a named op binds on its own behalf (the broadcast of
-// where's scalar, astype of a ref view's load) take its line; operators take none; a loop
-// body's eqns take their own lines, not the loop's. Not part of the text or the hash.
-int g_dot_line = 0, g_where_line = 0, g_loop_line = 0, g_sum_line = 0, g_astype_line = 0;
+// where's scalar, astype of a ref view's load) take its line; operators and ref accesses take
+// theirs from their operands' and indexers' conversions; a loop body's eqns take their own
+// lines, not the loop's. Not part of the text or the hash.
+int g_dot_line = 0, g_where_line = 0, g_loop_line = 0, g_sum_line = 0, g_astype_line = 0, g_mul_line = 0,
+    g_add_line = 0;
 void located_kernel(pl::Ref x, pl::Ref y, pl::Ref o) {
   pl::Value a = x.at({pl::all}).astype(pl::f32); g_astype_line = __LINE__;
   pl::Value d = pl::dot(a, y[pl::all]); g_dot_line = __LINE__;
-  pl::Value e = d * 2.0f;  // an operator
+  pl::Value e = d * 2.0f; g_mul_line = __LINE__;  // an operator
   auto body = [](pl::Value, pl::Value c) {
     pl::Value r = pl::sum(c, {1}, true); g_sum_line = __LINE__;
-    return r + c;
+    g_add_line = __LINE__; return r + c;
   };
   pl::Value s = pl::fori_loop(0, 2, e, body); g_loop_line = __LINE__;
   o[pl::all] = pl::where(s > 0, s, 0.0f); g_where_line = __LINE__;
@@ -104,14 +106,15 @@ TEST(IR, EqnsKeepTheirSourceLines) {
     EXPECT_TRUE(file_ok(e)) << e.loc.file;
     lines[e.prim->name].push_back(e.loc.line);
   }
-  EXPECT_EQ(lines["load"], (std::vector<int>{g_astype_line, 0}));  // x's view read by astype; y[all] by an operator
+  EXPECT_EQ(lines["load"], (std::vector<int>{g_astype_line, g_dot_line}));  // x's view read by astype; y[all]
   EXPECT_EQ(lines["convert_element_type"], std::vector<int>{g_astype_line});
   EXPECT_EQ(lines["dot"], std::vector<int>{g_dot_line});
-  EXPECT_EQ(lines["mul"], std::vector<int>{0});
+  EXPECT_EQ(lines["mul"], std::vector<int>{g_mul_line});
+  EXPECT_EQ(lines["store"], std::vector<int>{g_where_line});
   EXPECT_EQ(lines["fori_loop"], std::vector<int>{g_loop_line});
   EXPECT_EQ(lines["broadcast_in_dim"], std::vector<int>{g_where_line});  // where's scalar 0, broadcast
   EXPECT_EQ(lines["select_n"], std::vector<int>{g_where_line});
-  EXPECT_EQ(lines["gt"], std::vector<int>{0});
+  EXPECT_EQ(lines["gt"], std::vector<int>{g_where_line});
   const pallas::ir::Eqn* loop = nullptr;
   for (const pallas::ir::Eqn& e : k.eqns)
     if (e.prim->name == "fori_loop") loop = &e;
@@ -122,7 +125,7 @@ TEST(IR, EqnsKeepTheirSourceLines) {
     body_lines[e.prim->name].push_back(e.loc.line);
   }
   EXPECT_EQ(body_lines["reduce_sum"], std::vector<int>{g_sum_line});
-  EXPECT_EQ(body_lines["add"], std::vector<int>{0});
+  EXPECT_EQ(body_lines["add"], std::vector<int>{g_add_line});
   // the same kernel traced again has the same text and hash (the lines are not part of them)
   int dot_line = g_dot_line;
   g_dot_line = 0;

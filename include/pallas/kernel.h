@@ -19,11 +19,14 @@ namespace pallas {
 
 // The caller's file and line (std::source_location is missing from clang 14 with libstdc++).
 // The named ops below take one as a defaulted last parameter: each equation of a trace keeps
-// the place in the kernel's source that made it, and the CUDA backend's generated code points
-// back there (#line), so an NVRTC message or a profiler's source view leads to the kernel.
-// Operators (a + b, ref[...]) cannot take one, nor the elementwise functions (pl::exp, pl::add:
-// they stay plain functions, so that they can be passed as function pointers); their equations
-// take the place of the named op they are part of, if any.
+// the place in the kernel's source that made it, errors made while tracing it name that line,
+// and the CUDA backend's generated code points back there (#line), so an NVRTC message or a
+// profiler's source view leads to the kernel. Operators cannot take an extra parameter; they
+// get the place through their operands' conversions instead (detail::Operand, and Indexer for
+// ref[...] and ref(i, j)), which the compiler makes at the expression that uses them. The
+// elementwise functions (pl::exp, pl::add) take none: they stay plain functions, so that they
+// can be passed as function pointers; their equations take the place of the named op they are
+// part of, if any, and their errors name the last place recorded before them ("at or after").
 struct SourceLocation {
   const char* file = "";
   int line = 0;
@@ -33,6 +36,8 @@ struct SourceLocation {
 namespace detail {
 struct ValueImpl;
 }
+class RefView;
+struct Filled;
 
 class Value {
  public:
@@ -59,8 +64,8 @@ class Value {
   std::string str() const;  // "f32[128,64]"
 
   Value astype(DType t, SourceLocation loc = SourceLocation::current()) const;
-  Value reshape(Shape s) const;
-  Value T() const;  // reverse the axes
+  Value reshape(Shape s, SourceLocation loc = SourceLocation::current()) const;
+  Value T(SourceLocation loc = SourceLocation::current()) const;  // reverse the axes
 
   explicit Value(std::shared_ptr<const detail::ValueImpl> impl) : impl_(std::move(impl)) {}
   const std::shared_ptr<const detail::ValueImpl>& impl() const { return impl_; }
@@ -87,20 +92,23 @@ inline DSlice ds(Value start, int64_t size, int64_t stride = 1) { return {std::m
 // (step must be positive; an empty or reversed range has size 0)
 DSlice slice(int64_t start, int64_t stop, int64_t step = 1);
 
-class RefView;
-
+// One entry of ref[...] / ref(i, j) / pl::load(ref, {...}). It is made by an implicit
+// conversion where the kernel writes the index, so its defaulted SourceLocation is the line of
+// the ref access: the load or store it becomes (and its errors) name that line.
 struct Indexer {
   enum class Kind : uint8_t { All, Index, Slice };
   Kind kind = Kind::All;
   Value index;  // Kind::Index: an integer scalar, or an integer array (gather/scatter indexing)
   DSlice slice{Value(0), 0, 1};
+  SourceLocation loc;
 
-  Indexer(AllT) : kind(Kind::All) {}  // NOLINT
-  Indexer(DSlice s) : kind(Kind::Slice), slice(std::move(s)) {}  // NOLINT
-  Indexer(Value v) : kind(Kind::Index), index(std::move(v)) {}  // NOLINT
-  Indexer(const RefView& v);  // NOLINT: an index read from a ref
+  Indexer(AllT, SourceLocation l = SourceLocation::current()) : kind(Kind::All), loc(l) {}  // NOLINT
+  Indexer(DSlice s, SourceLocation l = SourceLocation::current()) : kind(Kind::Slice), slice(std::move(s)), loc(l) {}  // NOLINT
+  Indexer(Value v, SourceLocation l = SourceLocation::current()) : kind(Kind::Index), index(std::move(v)), loc(l) {}  // NOLINT
+  Indexer(const RefView& v, SourceLocation l = SourceLocation::current());  // NOLINT: an index read from a ref
   template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
-  Indexer(T v) : kind(Kind::Index), index(Value(static_cast<int64_t>(v))) {}  // NOLINT
+  Indexer(T v, SourceLocation l = SourceLocation::current())  // NOLINT
+      : kind(Kind::Index), index(Value(static_cast<int64_t>(v))), loc(l) {}
 };
 using Indexers = std::vector<Indexer>;
 
@@ -118,7 +126,8 @@ struct StoreOptions {
 
 class Ref;
 
-// `ref[...]` / `ref(i, j)`: reads when used as a Value, writes when assigned.
+// `ref[...]` / `ref(i, j)`: reads when used as a Value, writes when assigned; the load or store
+// takes the place of its indexers (the line of the access).
 class RefView {
  public:
   RefView(const Ref& r, Indexers idx);
@@ -134,6 +143,7 @@ class RefView {
  private:
   std::shared_ptr<const detail::ValueImpl> ref_;
   Indexers idx_;
+  SourceLocation loc_;
 };
 
 class Ref {
@@ -144,9 +154,27 @@ class Ref {
   DType dtype() const { return value_.dtype(); }
   int ndim() const { return value_.ndim(); }
   RefView operator[](Indexer i) const { return RefView(*this, {std::move(i)}); }
-  template <class... I>
-  RefView operator()(I&&... idx) const {
-    return RefView(*this, Indexers{Indexer(std::forward<I>(idx))...});
+  // One overload per rank (up to the 8 dimensions an array may have), not a variadic template:
+  // the indexers are then converted where the kernel writes ref(i, j), which gives them its line.
+  RefView operator()() const { return RefView(*this, {}); }
+  RefView operator()(Indexer a) const { return RefView(*this, {std::move(a)}); }
+  RefView operator()(Indexer a, Indexer b) const { return RefView(*this, {std::move(a), std::move(b)}); }
+  RefView operator()(Indexer a, Indexer b, Indexer c) const { return RefView(*this, {std::move(a), std::move(b), std::move(c)}); }
+  RefView operator()(Indexer a, Indexer b, Indexer c, Indexer d) const {
+    return RefView(*this, {std::move(a), std::move(b), std::move(c), std::move(d)});
+  }
+  RefView operator()(Indexer a, Indexer b, Indexer c, Indexer d, Indexer e) const {
+    return RefView(*this, {std::move(a), std::move(b), std::move(c), std::move(d), std::move(e)});
+  }
+  RefView operator()(Indexer a, Indexer b, Indexer c, Indexer d, Indexer e, Indexer f) const {
+    return RefView(*this, {std::move(a), std::move(b), std::move(c), std::move(d), std::move(e), std::move(f)});
+  }
+  RefView operator()(Indexer a, Indexer b, Indexer c, Indexer d, Indexer e, Indexer f, Indexer g) const {
+    return RefView(*this, {std::move(a), std::move(b), std::move(c), std::move(d), std::move(e), std::move(f), std::move(g)});
+  }
+  RefView operator()(Indexer a, Indexer b, Indexer c, Indexer d, Indexer e, Indexer f, Indexer g, Indexer h) const {
+    return RefView(*this, {std::move(a), std::move(b), std::move(c), std::move(d), std::move(e), std::move(f), std::move(g),
+                           std::move(h)});
   }
   RefView at(Indexers idx) const { return RefView(*this, std::move(idx)); }
   const Value& value() const { return value_; }
@@ -158,8 +186,9 @@ class Ref {
 // ---- memory ----
 Value load(const Ref& ref, Indexers idx, LoadOptions opts = {}, SourceLocation loc = SourceLocation::current());
 void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {}, SourceLocation loc = SourceLocation::current());
-Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {});
-// Atomic read-modify-write; returns the previous values.
+Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions opts = {}, SourceLocation loc = SourceLocation::current());
+// Atomic read-modify-write; returns the previous values. (They stay plain functions, to be
+// passed as pointers: their place is their indexers'.)
 Value atomic_add(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
 Value atomic_max(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
 Value atomic_min(const Ref& ref, Indexers idx, const Value& v, const Value& mask = {});
@@ -170,8 +199,24 @@ Value atomic_xchg(const Ref& ref, Indexers idx, const Value& v, const Value& mas
 Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v);
 
 // ---- grid ----
-Value program_id(int axis);
-Value num_programs(int axis);
+Value program_id(int axis, SourceLocation loc = SourceLocation::current());
+Value num_programs(int axis, SourceLocation loc = SourceLocation::current());
+
+namespace detail {
+// An operand of an operator (a + b, x < 0, -x, acc += v) or the predicate of cond / when /
+// check: every kind of value those accept converts to it implicitly, and the compiler makes
+// that conversion at the expression, so its defaulted SourceLocation is the operator's line.
+// (Operators cannot take a defaulted parameter of their own.)
+struct Operand {
+  Value v;
+  SourceLocation loc;
+  Operand(const Value& x, SourceLocation l = SourceLocation::current()) : v(x), loc(l) {}  // NOLINT
+  template <class T, std::enable_if_t<std::is_arithmetic_v<T>, int> = 0>
+  Operand(T x, SourceLocation l = SourceLocation::current()) : v(x), loc(l) {}  // NOLINT: a weak-typed constant
+  Operand(const RefView& r, SourceLocation l = SourceLocation::current());  // NOLINT: reads the ref
+  Operand(const Filled& f, SourceLocation l = SourceLocation::current());   // NOLINT
+};
+}  // namespace detail
 
 // ---- elementwise (jnp-like: operands are promoted and broadcast; ints to float ops become f32) ----
 #define PALLAS_API_UNARY(X)                                                                        \
@@ -193,36 +238,39 @@ PALLAS_API_BINARY(PALLAS_X)
 #undef PALLAS_X
 
 Value where(const Value& cond, const Value& x, const Value& y, SourceLocation loc = SourceLocation::current());
-Value select_n(const Value& which, const std::vector<Value>& cases);
+Value select_n(const Value& which, const std::vector<Value>& cases, SourceLocation loc = SourceLocation::current());
 Value clamp(const Value& lo, const Value& x, const Value& hi, SourceLocation loc = SourceLocation::current());
 Value integer_pow(const Value& x, int n, SourceLocation loc = SourceLocation::current());
 Value square(const Value& x);
-Value bitcast(const Value& x, DType t);  // same bit width
+Value bitcast(const Value& x, DType t, SourceLocation loc = SourceLocation::current());  // same bit width
 Value stop_gradient(const Value& x);
 
-Value operator+(const Value& a, const Value& b);
-Value operator-(const Value& a, const Value& b);
-Value operator*(const Value& a, const Value& b);
-Value operator/(const Value& a, const Value& b);  // integers: truncating, as C++ (lax.div)
-Value operator%(const Value& a, const Value& b);  // sign of the dividend, as C++ (lax.rem)
-Value operator&(const Value& a, const Value& b);
-Value operator|(const Value& a, const Value& b);
-Value operator^(const Value& a, const Value& b);
-Value operator<<(const Value& a, const Value& b);
-Value operator>>(const Value& a, const Value& b);  // arithmetic for signed, logical for unsigned
-Value operator==(const Value& a, const Value& b);
-Value operator!=(const Value& a, const Value& b);
-Value operator<(const Value& a, const Value& b);
-Value operator<=(const Value& a, const Value& b);
-Value operator>(const Value& a, const Value& b);
-Value operator>=(const Value& a, const Value& b);
-Value operator-(const Value& a);
-Value operator!(const Value& a);
-Value operator~(const Value& a);
-inline Value& operator+=(Value& a, const Value& b) { return a = a + b; }
-inline Value& operator-=(Value& a, const Value& b) { return a = a - b; }
-inline Value& operator*=(Value& a, const Value& b) { return a = a * b; }
-inline Value& operator/=(Value& a, const Value& b) { return a = a / b; }
+// The operators take detail::Operand (a Value, a C++ scalar, a ref view or pl::zeros/full) so
+// that each knows its line; they behave as the functions they name (pl::add, pl::lt, ...).
+Value operator+(detail::Operand a, detail::Operand b);
+Value operator-(detail::Operand a, detail::Operand b);
+Value operator*(detail::Operand a, detail::Operand b);
+Value operator/(detail::Operand a, detail::Operand b);  // integers: truncating, as C++ (lax.div)
+Value operator%(detail::Operand a, detail::Operand b);  // sign of the dividend, as C++ (lax.rem)
+Value operator&(detail::Operand a, detail::Operand b);
+Value operator|(detail::Operand a, detail::Operand b);
+Value operator^(detail::Operand a, detail::Operand b);
+Value operator<<(detail::Operand a, detail::Operand b);
+Value operator>>(detail::Operand a, detail::Operand b);  // arithmetic for signed, logical for unsigned
+Value operator==(detail::Operand a, detail::Operand b);
+Value operator!=(detail::Operand a, detail::Operand b);
+Value operator<(detail::Operand a, detail::Operand b);
+Value operator<=(detail::Operand a, detail::Operand b);
+Value operator>(detail::Operand a, detail::Operand b);
+Value operator>=(detail::Operand a, detail::Operand b);
+Value operator-(detail::Operand a);
+Value operator!(detail::Operand a);
+Value operator~(detail::Operand a);
+// (b's conversion is at the kernel's `acc += x`, so the add takes that line)
+inline Value& operator+=(Value& a, detail::Operand b) { return a = detail::Operand(a, b.loc) + std::move(b); }
+inline Value& operator-=(Value& a, detail::Operand b) { return a = detail::Operand(a, b.loc) - std::move(b); }
+inline Value& operator*=(Value& a, detail::Operand b) { return a = detail::Operand(a, b.loc) * std::move(b); }
+inline Value& operator/=(Value& a, detail::Operand b) { return a = detail::Operand(a, b.loc) / std::move(b); }
 
 // ---- integer helpers ----
 // Ceiling division (Triton's tl.cdiv, JAX's pl.cdiv): how many blocks of b cover a, e.g. the
@@ -258,14 +306,15 @@ struct Axes {
 };
 
 Value broadcast_to(const Value& x, const Shape& shape, SourceLocation loc = SourceLocation::current());
-Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& broadcast_dims);
+Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& broadcast_dims,
+                       SourceLocation loc = SourceLocation::current());
 Value reshape(const Value& x, const Shape& shape, SourceLocation loc = SourceLocation::current());
-Value squeeze(const Value& x, Axes axes = {});
+Value squeeze(const Value& x, Axes axes = {}, SourceLocation loc = SourceLocation::current());
 Value expand_dims(const Value& x, int axis, SourceLocation loc = SourceLocation::current());
 Value transpose(const Value& x, std::vector<int> perm = {}, SourceLocation loc = SourceLocation::current());
 Value iota(DType dtype, const Shape& shape, int dimension = 0, SourceLocation loc = SourceLocation::current());
-Value arange(int64_t stop);                 // i32[stop]
-Value arange(int64_t start, int64_t stop);  // i32[stop-start]
+Value arange(int64_t stop, SourceLocation loc = SourceLocation::current());                 // i32[stop]
+Value arange(int64_t start, int64_t stop, SourceLocation loc = SourceLocation::current());  // i32[stop-start]
 Value convert_element_type(const Value& x, DType t, SourceLocation loc = SourceLocation::current());
 
 // pl::full / pl::zeros: a Value inside a kernel, an Array outside (both conversions exist).
@@ -280,8 +329,8 @@ struct Filled {
 inline Filled full(Shape shape, double value, DType dtype = DType::F32) { return {std::move(shape), value, dtype}; }
 inline Filled zeros(Shape shape, DType dtype = DType::F32) { return {std::move(shape), 0.0, dtype}; }
 inline Filled ones(Shape shape, DType dtype = DType::F32) { return {std::move(shape), 1.0, dtype}; }
-Value full_like(const Value& x, double value);
-Value zeros_like(const Value& x);
+Value full_like(const Value& x, double value, SourceLocation loc = SourceLocation::current());
+Value zeros_like(const Value& x, SourceLocation loc = SourceLocation::current());
 
 // ---- dot ----
 enum class Precision : uint8_t { Default, High, Highest };
@@ -309,11 +358,13 @@ using CondFn = std::function<std::vector<Value>(const std::vector<Value>&)>;
 using Branch = std::function<std::vector<Value>(const std::vector<Value>&)>;
 std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::vector<Value>& init,
                                   const LoopBody& body, int unroll, SourceLocation loc);
-std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body);
+std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body,
+                                   SourceLocation loc);
 std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& branches,
                                const std::vector<Value>& operands);
-// 0 or 1 from a predicate scalar: integers are true when non-zero, as lax.cond.
-Value branch_index(const Value& pred);
+// 0 or 1 from a predicate scalar: integers are true when non-zero, as lax.cond. The predicate's
+// place (an Operand made where the kernel calls cond / when) is the conditional's.
+std::vector<Value> cond_impl(const Operand& pred, const std::vector<Branch>& branches, const std::vector<Value>& operands);
 }  // namespace detail
 
 // fori_loop(lo, hi, init, body): body(i, carry) -> carry; carry is one Value or a vector.
@@ -344,16 +395,17 @@ void fori_loop(const Value& lo, const Value& hi, Body&& body, int unroll = 1, So
 }
 
 template <class Cond, class Body>
-Value while_loop(const Value& init, Cond&& cond, Body&& body) {
+Value while_loop(const Value& init, Cond&& cond, Body&& body, SourceLocation loc = SourceLocation::current()) {
   return detail::while_loop_impl(
       {init}, [&](const std::vector<Value>& c) { return std::vector<Value>{cond(c[0])}; },
-      [&](const std::vector<Value>& c) { return std::vector<Value>{body(c[0])}; })[0];
+      [&](const std::vector<Value>& c) { return std::vector<Value>{body(c[0])}; }, loc)[0];
 }
 template <class Cond, class Body>
-std::vector<Value> while_loop(const std::vector<Value>& init, Cond&& cond, Body&& body) {
+std::vector<Value> while_loop(const std::vector<Value>& init, Cond&& cond, Body&& body,
+                              SourceLocation loc = SourceLocation::current()) {
   return detail::while_loop_impl(
       init, [&](const std::vector<Value>& c) { return std::vector<Value>{cond(c)}; },
-      [&](const std::vector<Value>& c) { return std::vector<Value>(body(c)); });
+      [&](const std::vector<Value>& c) { return std::vector<Value>(body(c)); }, loc);
 }
 
 namespace detail {
@@ -380,19 +432,16 @@ Branch as_branch0(F&& f) {
 // cond(pred, then_fn, else_fn, operands): both fns take the operands and return the same
 // kind of result (nothing, a Value or a vector of Values).
 template <class T, class E>
-std::vector<Value> cond(const Value& pred, T&& then_fn, E&& else_fn, const std::vector<Value>& operands) {
-  return detail::switch_impl(detail::branch_index(pred),
-                             {detail::as_branch(std::forward<E>(else_fn)), detail::as_branch(std::forward<T>(then_fn))},
-                             operands);
+std::vector<Value> cond(const detail::Operand& pred, T&& then_fn, E&& else_fn, const std::vector<Value>& operands) {
+  return detail::cond_impl(pred, {detail::as_branch(std::forward<E>(else_fn)), detail::as_branch(std::forward<T>(then_fn))},
+                           operands);
 }
 // cond(pred, then_fn, else_fn) with closures of no arguments.
 template <class T, class E>
-auto cond(const Value& pred, T&& then_fn, E&& else_fn) {
+auto cond(const detail::Operand& pred, T&& then_fn, E&& else_fn) {
   using R = decltype(then_fn());
-  auto outs = detail::switch_impl(detail::branch_index(pred),
-                                  {detail::as_branch0(std::forward<E>(else_fn)),
-                                   detail::as_branch0(std::forward<T>(then_fn))},
-                                  {});
+  auto outs = detail::cond_impl(pred, {detail::as_branch0(std::forward<E>(else_fn)), detail::as_branch0(std::forward<T>(then_fn))},
+                                {});
   if constexpr (std::is_void_v<R>)
     return;
   else if constexpr (std::is_convertible_v<R, Value>)
@@ -402,21 +451,19 @@ auto cond(const Value& pred, T&& then_fn, E&& else_fn) {
 }
 // switch_case(index, branches, operands): lax.switch; index is clamped to the branch range.
 std::vector<Value> switch_case(const Value& index, const std::vector<detail::Branch>& branches,
-                               const std::vector<Value>& operands);
+                               const std::vector<Value>& operands, SourceLocation loc = SourceLocation::current());
 // when(pred, fn): run fn (for its effects) where pred holds.
 template <class F>
-void when(const Value& pred, F&& fn) {
-  detail::switch_impl(detail::branch_index(pred), {detail::Branch([](const std::vector<Value>&) {
-                                                  return std::vector<Value>{};
-                                                }),
-                                                detail::as_branch0(std::forward<F>(fn))},
-                      {});
+void when(const detail::Operand& pred, F&& fn) {
+  detail::cond_impl(pred, {detail::Branch([](const std::vector<Value>&) { return std::vector<Value>{}; }),
+                           detail::as_branch0(std::forward<F>(fn))},
+                    {});
 }
 
 // ---- hints and debugging ----
-Value multiple_of(const Value& x, std::vector<int64_t> values);
-Value max_contiguous(const Value& x, std::vector<int64_t> values);
+Value multiple_of(const Value& x, std::vector<int64_t> values, SourceLocation loc = SourceLocation::current());
+Value max_contiguous(const Value& x, std::vector<int64_t> values, SourceLocation loc = SourceLocation::current());
 // Prints fmt with each "{}" replaced by the next value, once per program, prefixed by the program id.
-void debug_print(const std::string& fmt, const std::vector<Value>& values = {});
+void debug_print(const std::string& fmt, const std::vector<Value>& values = {}, SourceLocation loc = SourceLocation::current());
 
 }  // namespace pallas

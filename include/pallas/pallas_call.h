@@ -64,8 +64,9 @@ struct InterpretParams {
   // has written yet (outputs aliased to an input start written).
   std::optional<bool> detect_uninitialized;
   // An unmasked access outside the ref (a ds or index past a block's end, an index array
-  // entry out of range: the interpreter reads poison there and drops the write). Masked-off
-  // lanes are never reported.
+  // entry out of range: the interpreter reads poison there and drops the write), and an
+  // unmasked read of a block that its index map put wholly outside the array (never an edge
+  // block: the map is wrong). Masked-off lanes are never reported.
   std::optional<bool> detect_out_of_bounds;
   // Output elements that no program wrote by the end of the call (they come back as poison on
   // the interpreter and as stale memory on the GPU): a grid a block short, an index map that

@@ -116,12 +116,14 @@ class CheckedCall {
 };
 
 // In a kernel: a check that pred holds (every element, for a tile). Under checkify a failure
-// is reported with fmt's "{}"s replaced by the values; elsewhere it does nothing.
+// is reported with fmt's "{}"s replaced by the values, after the kernel's name and the check's
+// line (the predicate is a detail::Operand, made where the kernel calls check, so it knows the
+// line); elsewhere it does nothing.
 namespace detail {
-void check_impl(const Value& pred, const std::string& fmt, const std::vector<Value>& values);
+void check_impl(const Operand& pred, const std::string& fmt, const std::vector<Value>& values);
 }
 template <class... V>
-void check(const Value& pred, const std::string& fmt, const V&... values) {
+void check(const detail::Operand& pred, const std::string& fmt, const V&... values) {
   detail::check_impl(pred, fmt, std::vector<Value>{Value(values)...});
 }
 

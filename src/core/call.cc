@@ -43,9 +43,50 @@ std::shared_ptr<CallState> make_call(KernelBody body, std::vector<ShapeDtype> ou
 }  // namespace detail
 
 namespace {
+std::string plural(size_t n, const char* w) { return std::to_string(n) + " " + w + (n == 1 ? "" : "s"); }
+
+// How many arrays a pallas_call takes is known before its first call traces it: the grid's
+// dynamic bounds, num_scalar_prefetch operands, then one input per in_spec (or, without
+// in_specs, one per kernel ref that is not an output or scratch). Checked first, so that a
+// wrong count is reported as what it is, not as a spec count or kernel arity that does not
+// match (those are checked when it is traced, against the arrays given).
+void check_argument_count(const detail::CallState& st, size_t given) {
+  if (st.build) return;  // a transformed call: its build checks
+  const CallOptions& o = st.opts;
+  size_t nd = 0;
+  for (int64_t g : o.grid) {
+    if (g < 0 && g != dynamic) return;  // a negative size: tracing reports it
+    nd += g == dynamic;
+  }
+  if (o.num_scalar_prefetch < 0) return;  // tracing reports it
+  size_t np = static_cast<size_t>(o.num_scalar_prefetch);
+  // The inputs the kernel's refs leave room for (-1: any number, a kernel over a vector of refs).
+  size_t others = np + st.out_shapes.size() + o.scratch_shapes.size();
+  int64_t by_kernel = st.body.arity < 0 ? -1 : static_cast<int64_t>(st.body.arity) - static_cast<int64_t>(others);
+  size_t nin;
+  std::string why;
+  if (!o.in_specs.empty()) {
+    nin = o.in_specs.size();
+    why = "one per in_spec";
+    if (by_kernel >= 0 && static_cast<size_t>(by_kernel) != nin)
+      why += "; but the kernel's " + plural(static_cast<size_t>(st.body.arity), "ref") + " leave room for " +
+             std::to_string(by_kernel) + ": the specs or the kernel are wrong too";
+  } else if (by_kernel >= 0) {
+    nin = static_cast<size_t>(by_kernel);
+    why = "the kernel takes " + plural(static_cast<size_t>(st.body.arity), "ref") + ": " +
+          (np ? plural(np, "scalar-prefetch ref") + ", " : "") + plural(nin, "input") + ", " +
+          plural(st.out_shapes.size(), "output") +
+          (o.scratch_shapes.empty() ? "" : ", " + plural(o.scratch_shapes.size(), "scratch buffer"));
+  } else {
+    return;  // any number of inputs (or a kernel arity that tracing reports as wrong)
+  }
+  if (given != nd + np + nin) throw core::wrong_argument_count(st.what, given, nd, np, nin, why);
+}
+
 // The traced call for these arguments (tracing on first use), the arguments checked against it.
 const core::PallasCall& traced_for(detail::CallState& st, const std::vector<Array>& args) {
   if (!st.ready.load(std::memory_order_acquire)) {
+    check_argument_count(st, args.size());
     int nd = 0;
     for (int64_t g : st.opts.grid) nd += g < 0;
     if (args.size() < static_cast<size_t>(nd))

@@ -116,6 +116,11 @@ int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string
 
 // Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);
+// The error for a call with `given` arrays where it takes `dynamic` grid bounds, then
+// `prefetch` scalar-prefetch operands, then `inputs` inputs (`why`: how that is known, e.g.
+// "one per in_spec"; may be empty).
+Error wrong_argument_count(const std::string& what, size_t given, size_t dynamic, size_t prefetch, size_t inputs,
+                           const std::string& why);
 
 // Run on the chosen backend. args: dynamic grid bounds (i32 scalars), then inputs. With
 // `outs`, the outputs are written into them and the result may be empty.

@@ -109,4 +109,8 @@ std::string fill_print_format(const std::string& fmt, const std::vector<std::str
   return out;
 }
 
+std::string check_failure_text(const ir::SourceLoc& loc, const std::string& message) {
+  return loc.file ? "at " + loc.str() + ": " + message : message;
+}
+
 }  // namespace pallas::core

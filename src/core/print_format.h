@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pallas/array.h"
+#include "src/ir/ir.h"
 
 namespace pallas::core {
 
@@ -19,5 +20,8 @@ uint64_t print_slot(DType t, const void* element);
 std::string format_print_value(DType t, const Shape& shape, const uint64_t* slots);
 // fmt with each "{}" replaced by the next value (extra "{}" stay as written).
 std::string fill_print_format(const std::string& fmt, const std::vector<std::string>& vals);
+// A failed check's message as every backend and checkify report it: "at kernel.cc:42: " (the
+// pl::check's line, when known) and the filled message.
+std::string check_failure_text(const ir::SourceLoc& loc, const std::string& message);
 
 }  // namespace pallas::core

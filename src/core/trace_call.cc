@@ -122,7 +122,11 @@ ir::JaxprPtr trace_index_map(const std::string& what, const BlockSpec& spec, con
       throw Error(what + " takes " + plural(spec.index_map_arity, "argument") + " but the grid has " +
                   plural(grid.size(), "axis", "axes") + (prefetch.empty() ? "" : " and " + plural(prefetch.size(), "scalar-prefetch operand")) +
                   ", so it must take " + std::to_string(want));
-    outs = spec.index_map(args);
+    try {
+      outs = spec.index_map(args);
+    } catch (const Error& e) {  // an op's error: name the map and the op's line
+      throw Error(trace::with_site(what, e));
+    }
     if (outs.size() != rank)
       throw Error(what + " returns " + plural(outs.size(), "index", "indices") + " but the operand " + bm.array.str() +
                   " has rank " + std::to_string(rank) + ": return one block index per dimension");
@@ -273,21 +277,30 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
     throw Error(what + ": the kernel takes " + plural(body.arity, "ref") + " but the call passes " + std::to_string(nrefs) + " (" +
                 (np ? plural(np, "scalar-prefetch ref") + ", " : "") + plural(nin, "input") + ", " +
                 plural(out_shapes.size(), "output") + (c.grid.scratch.empty() ? "" : ", " + plural(c.grid.scratch.size(), "scratch buffer")) + ")");
-  trace::KernelContext ctx{what, opts.grid, true};
+  trace::KernelContext ctx{what, opts.grid, true, {}};
   ir::Jaxpr kj;
   {
     trace::Frame f(&ctx, false);
     std::vector<Ref> refs;
-    for (auto& p : c.grid.prefetch) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(p.shape, p.dtype, MemorySpace::Smem))));
-    for (auto& b : c.grid.inputs) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space))));
-    for (auto& b : c.grid.outputs) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space))));
-    for (auto& s : c.grid.scratch) refs.emplace_back(trace::make_value(f.add_invar(ir::Aval::ref(s.shape, s.dtype, MemorySpace::Scratch))));
+    auto add_ref = [&](ir::Aval a, std::string name) {
+      ir::Var v = f.add_invar(std::move(a));
+      ctx.ref_names.emplace_back(v.id, std::move(name));
+      refs.emplace_back(trace::make_value(v));
+    };
+    for (size_t k = 0; k < c.grid.prefetch.size(); ++k) {
+      const ShapeDtype& p = c.grid.prefetch[k];
+      add_ref(ir::Aval::ref(p.shape, p.dtype, MemorySpace::Smem), "scalar-prefetch operand " + std::to_string(k));
+    }
+    for (auto& b : c.grid.inputs) add_ref(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space), b.what);
+    for (auto& b : c.grid.outputs) add_ref(ir::Aval::ref(b.ref_shape(), b.array.dtype, b.space), b.what);
+    for (size_t k = 0; k < c.grid.scratch.size(); ++k) {
+      const ShapeDtype& s = c.grid.scratch[k];
+      add_ref(ir::Aval::ref(s.shape, s.dtype, MemorySpace::Scratch), "scratch " + std::to_string(k));
+    }
     try {
       body.fn(refs);
-    } catch (const Error& e) {
-      std::string m = e.what();
-      if (m.rfind(what, 0) == 0) throw;
-      throw Error(what + ": " + m);
+    } catch (const Error& e) {  // the kernel's name, then the op's line (the error's site)
+      throw Error(trace::with_site(what, e));
     }
     kj = f.finish({}, nullptr);
   }
@@ -297,14 +310,26 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   return c;
 }
 
+Error wrong_argument_count(const std::string& what, size_t given, size_t dynamic, size_t prefetch, size_t inputs,
+                           const std::string& why) {
+  std::vector<std::string> parts;
+  if (dynamic) parts.push_back(plural(dynamic, "dynamic grid bound"));
+  if (prefetch) parts.push_back(plural(prefetch, "scalar-prefetch operand"));
+  parts.push_back(plural(inputs, "input") + (why.empty() ? "" : " (" + why + ")"));
+  std::string list = parts[0];
+  for (size_t k = 1; k < parts.size(); ++k) list += (k + 1 == parts.size() ? " and " : ", ") + parts[k];
+  return Error(what + ": called with " + plural(given, "array") + " but it takes " + std::to_string(dynamic + prefetch + inputs) +
+               ": " + list + (parts.size() > 1 ? ", in that order" : "") +
+               (dynamic ? "; dynamic grid bounds are i32 scalars (pl::Array::scalar)" : ""));
+}
+
 // On every call: compares in place (no copies of shapes), strings only for the error.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args) {
   const GridMapping& gm = call.grid;
   size_t nd = static_cast<size_t>(gm.num_dynamic_bounds());
   size_t n_ins = gm.prefetch.size() + gm.inputs.size();
   if (args.size() != nd + n_ins)
-    throw Error(call.what + ": called with " + plural(args.size(), "argument") + " but it takes " +
-                (nd ? plural(nd, "dynamic grid bound") + " and " : "") + plural(n_ins, "input"));
+    throw wrong_argument_count(call.what, args.size(), nd, gm.prefetch.size(), gm.inputs.size(), "");
   for (size_t k = 0; k < nd; ++k)
     if (!args[k].defined() || !args[k].shape().empty() || !is_integer(args[k].dtype()))
       throw Error(call.what + ": argument " + std::to_string(k) +

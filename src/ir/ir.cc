@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -71,6 +72,13 @@ CacheModifier cache_modifier_of(const std::string& name, const std::string& op) 
 }
 EvictionPolicy eviction_policy_of(const std::string& name, const std::string& op) {
   return enum_of<EvictionPolicy>(name, op, "eviction policy", kNumEvictionPolicies);
+}
+
+std::string SourceLoc::str() const {
+  if (!file || !*file) return "";
+  std::string_view f = file;
+  size_t slash = f.find_last_of('/');
+  return std::string(slash == std::string_view::npos ? f : f.substr(slash + 1)) + ":" + std::to_string(line);
 }
 
 std::string Aval::str() const {

@@ -160,6 +160,9 @@ struct SrcLoc {
 struct SourceLoc {
   const char* file = nullptr;
   int line = 0;
+  // "matmul.cc:42": the file's last path component, as a kernel's name shows its pallas_call's
+  // place; "" when unknown. What error messages print.
+  std::string str() const;
 };
 
 struct Eqn {

@@ -17,7 +17,10 @@ void register_dot() {
     expect_array("dot", in[1], "b");
     const Aval &a = in[0], &b = in[1];
     if (a.ndim() != 2 || b.ndim() != 2) fail("dot", "a and b must be 2D, got " + avals_str(in));
-    if (a.dtype != b.dtype) fail("dot", "a and b must have the same element type, got " + avals_str(in));
+    if (a.dtype != b.dtype)
+      fail("dot", std::string("operands are ") + dtype_name(a.dtype) + " and " + dtype_name(b.dtype) + " (" + avals_str(in) +
+                      "); a and b must have the same element type: convert one with .astype(pl::" + dtype_name(a.dtype) +
+                      ") or .astype(pl::" + dtype_name(b.dtype) + ")");
     if (is_unsigned_int(a.dtype) || a.dtype == DType::Bool || a.dtype == DType::I16 || a.dtype == DType::I64)
       fail("dot", std::string("takes f16, bf16, f32, f64 or i8/i32 operands, got ") + dtype_name(a.dtype) +
                       " (unsigned integers are not supported: the tensor cores read integers as signed)");

@@ -7,6 +7,7 @@
 namespace pallas {
 using ir::Aval;
 using ir::PrimId;
+using detail::Operand;
 
 namespace {
 
@@ -25,15 +26,16 @@ Traced trace_sub(const std::vector<Aval>& in, const std::function<std::vector<Va
   Traced t;
   std::vector<Value> outs_v;
   ir::Jaxpr j;
+  std::string mismatch;  // thrown once the body's frame is closed, so it names the loop's line
   {
     trace::Frame f(&parent.context(), true);
     std::vector<Value> args;
     for (auto& a : in) args.push_back(trace::make_value(f.add_invar(a)));  // weak only where the caller says
     std::vector<Value> outs = fn(args);
-    if (target) {
-      if (outs.size() != target->size())
-        throw Error(std::string(what) + ": the body returns " + std::to_string(outs.size()) + " values but " +
-                    std::to_string(target->size()) + " are carried");
+    if (target && outs.size() != target->size())
+      mismatch = std::string(what) + ": the body returns " + std::to_string(outs.size()) + " values but " +
+                 std::to_string(target->size()) + " are carried";
+    if (target && mismatch.empty()) {
       for (size_t k = 0; k < outs.size(); ++k) {
         const Aval& tk = (*target)[k];
         Value o = outs[k];
@@ -47,16 +49,19 @@ Traced trace_sub(const std::vector<Aval>& in, const std::function<std::vector<Va
         outs[k] = o;
       }
     }
-    std::vector<ir::Atom> atoms;
-    for (auto& o : outs) {
-      atoms.push_back(trace::atom_of(o, what));
-      Aval a = o.impl()->aval;
-      t.out_weak.push_back(a.weak);
-      a.weak = false;
-      t.outs.push_back(a);
+    if (mismatch.empty()) {
+      std::vector<ir::Atom> atoms;
+      for (auto& o : outs) {
+        atoms.push_back(trace::atom_of(o, what));
+        Aval a = o.impl()->aval;
+        t.out_weak.push_back(a.weak);
+        a.weak = false;
+        t.outs.push_back(a);
+      }
+      j = f.finish(atoms, &t.captured);
     }
-    j = f.finish(atoms, &t.captured);
   }
+  if (!mismatch.empty()) throw Error(mismatch);
   t.jaxpr = std::make_shared<const ir::Jaxpr>(std::move(j));
   return t;
 }
@@ -125,21 +130,26 @@ std::vector<Value> fori_loop_impl(const Value& lo, const Value& hi, const std::v
                      {{"body", t.jaxpr}, {"num_carry", static_cast<int64_t>(carry.size())}, {"unroll", int64_t{unroll}}});
 }
 
-std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body) {
+std::vector<Value> while_loop_impl(const std::vector<Value>& init, const CondFn& cond, const Branch& body,
+                                   SourceLocation loc) {
+  trace::Here here(loc);
   std::vector<Aval> cav = avals_of(init, "while_loop");
   Traced tb = trace_sub(cav, body, &cav, "while_loop");
   check_carry("while_loop", cav, tb.outs);
+  // The condition's result is checked once its frame is closed (the error then names the
+  // while_loop's line); a non-bool scalar becomes `!= 0` inside it.
   Traced tc = trace_sub(
       cav,
       [&](const std::vector<Value>& a) {
         auto r = cond(a);
-        if (r.size() != 1) throw Error("while_loop: the condition must return one bool scalar");
-        Value c = r[0];
-        if (!c.shape().empty()) throw Error("while_loop: the condition must return a scalar, got " + c.str());
-        if (c.dtype() != DType::Bool) c = ne(c, 0);
-        return std::vector<Value>{c};
+        if (r.size() == 1 && r[0].defined() && r[0].shape().empty() && r[0].dtype() != DType::Bool) r[0] = ne(r[0], 0);
+        return r;
       },
       nullptr, "while_loop");
+  if (tc.outs.size() != 1) throw Error("while_loop: the condition must return one bool scalar");
+  if (!tc.outs[0].shape.empty())
+    throw Error("while_loop: the condition must return a scalar, got " + tc.outs[0].str() +
+                "; reduce it (pl::max, pl::min) to one value");
   std::vector<Value> ops;
   for (size_t k = 0; k < init.size(); ++k) ops.push_back(api::convert(init[k], cav[k].dtype, false));
   for (auto& v : atoms_to_values(tc.captured)) ops.push_back(v);
@@ -215,18 +225,21 @@ std::vector<Value> switch_impl(const Value& index, const std::vector<Branch>& br
   return trace::bind(PrimId::cond, ops, {{"branches", js}});
 }
 
-Value branch_index(const Value& pred) {
-  if (!pred.shape().empty())
-    throw Error("pl::cond / pl::when: the predicate must be a scalar, got " + pred.str() +
+std::vector<Value> cond_impl(const Operand& pred, const std::vector<Branch>& branches, const std::vector<Value>& operands) {
+  trace::Here here(pred.loc);
+  const Value& p = pred.v;
+  if (!p.shape().empty())
+    throw Error("pl::cond / pl::when: the predicate must be a scalar, got " + p.str() +
                 "; reduce it (pl::max, pl::min) or use pl::where for elementwise choices");
-  Value b = pred.dtype() == DType::Bool ? pred : ne(pred, 0);
-  return b.astype(DType::I32);
+  Value b = p.dtype() == DType::Bool ? p : ne(p, 0);
+  return switch_impl(b.astype(DType::I32), branches, operands);
 }
 
 }  // namespace detail
 
 std::vector<Value> switch_case(const Value& index, const std::vector<detail::Branch>& branches,
-                               const std::vector<Value>& operands) {
+                               const std::vector<Value>& operands, SourceLocation loc) {
+  trace::Here here(loc);
   Value i = clamp(Value(0), index.astype(DType::I32), Value(static_cast<int64_t>(branches.size()) - 1));
   return detail::switch_impl(i, branches, operands);
 }

@@ -100,19 +100,64 @@ Indexed make_indexer(const char* op, const Value& ref, const Indexers& idx_in, b
   return r;
 }
 
-// A stored value: weak scalars take the ref's dtype; scalars and broadcastable tiles widen.
-Value fit_value(const char* op, const Value& v, DType t, const Shape& s) {
-  Value c = v.weak_type() ? api::convert(v, t, false) : v;
-  if (c.dtype() != t)
-    throw Error(std::string("pl::") + op + ": value " + v.str() + " does not match the ref dtype " + dtype_name(t) +
-                "; convert it with .astype(" + dtype_name(t) + ")");
-  if (c.shape() != s) c = api::broadcast(c, s);
-  return c;
+// "output 0[:, 0:64]": the ref as its kernel parameter is known, indexed as the kernel wrote
+// it (dynamic parts by their kind), for messages about a load or store.
+std::string slice_text(const Value& ref, const Indexed& ix) {
+  const trace::Frame* f = trace::current_frame();
+  std::string s = (f ? f->context().ref_name(ref) : std::string("the ref")) + "[";
+  const Shape& rs = ref.shape();
+  for (size_t d = 0; d < ix.ix.dims.size(); ++d) {
+    const IndexDim& x = ix.ix.dims[d];
+    std::string stride = x.stride != 1 ? ":" + std::to_string(x.stride) : "";
+    s += d ? ", " : "";
+    switch (x.kind) {
+      case IndexDim::Kind::Slice:
+        s += x.start == 0 && x.size == rs[d] && x.stride == 1
+                 ? ":"
+                 : std::to_string(x.start) + ":" + std::to_string(x.start + x.size * x.stride) + stride;
+        break;
+      case IndexDim::Kind::DynSlice: s += "ds(start, " + std::to_string(x.size) + ")" + stride; break;
+      case IndexDim::Kind::Index: s += std::to_string(x.start); break;
+      case IndexDim::Kind::DynIndex: s += "i"; break;
+      case IndexDim::Kind::Array: s += "index array " + ix.dyn[static_cast<size_t>(x.operand)].str(); break;
+    }
+  }
+  return s + "]";
 }
 
-Value fit_mask(const char* op, const Value& m, const Shape& s) {
-  if (m.dtype() != DType::Bool) throw Error(std::string("pl::") + op + ": the mask must be bool, got " + m.str());
-  return m.shape() == s ? m : api::broadcast(m, s);
+// "store to output 0[:]", "load from input 1[0:4]": how a message names the access.
+std::string access_text(const std::string& op, const Value& ref, const Indexed& ix) {
+  const char* verb = op == "load" ? "load from " : op == "store" ? "store to " : op == "swap" ? "swap with "
+                   : op == "addupdate" ? "+= into " : nullptr;
+  return (verb ? std::string(verb) : op + " on ") + slice_text(ref, ix);
+}
+
+// A stored value (or load's `other`, an atomic's operand): weak scalars take the ref's dtype;
+// scalars and tiles that broadcast widen to the slice. `which`: "the value", "other", ...
+Value fit_value(const std::string& op, const char* which, const Value& v, const Value& ref, const Indexed& ix) {
+  DType t = ref.dtype();
+  const Shape& s = ix.shape;
+  Value c = v.weak_type() ? api::convert(v, t, false) : v;
+  if (c.dtype() != t)
+    throw Error(access_text(op, ref, ix) + ": " + which + " " + v.str() + " does not match the ref dtype " + dtype_name(t) +
+                "; convert it with .astype(" + dtype_name(t) + ")");
+  if (c.shape() == s) return c;
+  if (!api::broadcastable(c.shape(), s))
+    throw Error(access_text(op, ref, ix) + ": " + which + " has shape " + shape_str(c.shape()) + " (" + v.str() +
+                ") but the slice " + slice_text(ref, ix) + " has shape " + shape_str(s) +
+                "; they must match (a scalar, or size-1 dimensions, broadcast): index a slice of the value's shape, "
+                "or reshape the value");
+  return api::broadcast(c, s);
+}
+
+Value fit_mask(const std::string& op, const Value& m, const Value& ref, const Indexed& ix) {
+  if (m.dtype() != DType::Bool)
+    throw Error(access_text(op, ref, ix) + ": the mask must be bool, got " + m.str() + "; compare to make one (e.g. i < n)");
+  if (m.shape() == ix.shape) return m;
+  if (!api::broadcastable(m.shape(), ix.shape))
+    throw Error(access_text(op, ref, ix) + ": the mask " + m.str() + " does not broadcast to the slice " + slice_text(ref, ix) +
+                " of shape " + shape_str(ix.shape) + "; give a mask of the slice's shape (or one that broadcasts to it)");
+  return api::broadcast(m, ix.shape);
 }
 
 ir::Params index_params(const Indexed& ix, int64_t start) {
@@ -120,14 +165,15 @@ ir::Params index_params(const Indexed& ix, int64_t start) {
 }
 
 Value atomic(ir::AtomicOp kind, const Ref& ref, const Indexers& idx, const Value& v, const Value& mask) {
+  trace::Here here(api::loc_of(idx));
   std::string op = std::string("atomic_") + ir::enum_name(kind);
   Indexed ix = make_indexer(op.c_str(), ref.value(), idx, mask.defined());
-  std::vector<Value> in{ref.value(), fit_value(op.c_str(), v, ref.dtype(), ix.shape)};
+  std::vector<Value> in{ref.value(), fit_value(op, "the value", v, ref.value(), ix)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   ir::Params p = index_params(ix, 2);
   p.set("op", kind);
   p.set_flag("has_mask", mask.defined());
-  if (mask.defined()) in.push_back(fit_mask(op.c_str(), mask, ix.shape));
+  if (mask.defined()) in.push_back(fit_mask(op, mask, ref.value(), ix));
   return trace::bind1(PrimId::atomic_rmw, in, p);
 }
 
@@ -142,8 +188,8 @@ Value load(const Ref& ref, Indexers idx, LoadOptions o, SourceLocation loc) {
   p.set_flag("has_mask", o.mask.defined());
   p.set_flag("has_other", o.other.defined());
   if (o.other.defined() && !o.mask.defined()) throw Error("pl::load: other requires mask to be provided");
-  if (o.mask.defined()) in.push_back(fit_mask("load", o.mask, ix.shape));
-  if (o.other.defined()) in.push_back(fit_value("load", o.other, ref.dtype(), ix.shape));
+  if (o.mask.defined()) in.push_back(fit_mask("load", o.mask, ref.value(), ix));
+  if (o.other.defined()) in.push_back(fit_value("load", "other", o.other, ref.value(), ix));
   if (!o.cache_modifier.empty()) p.set("cache_modifier", ir::cache_modifier_of(o.cache_modifier, "pl::load"));
   if (!o.eviction_policy.empty()) p.set("eviction_policy", ir::eviction_policy_of(o.eviction_policy, "pl::load"));
   if (o.is_volatile) p.set("is_volatile", true);
@@ -154,11 +200,11 @@ namespace {
 std::vector<Value> store_operands(const char* op, const Ref& ref, const Indexers& idx, const Value& v,
                                   const Value& mask, ir::Params* p) {
   Indexed ix = make_indexer(op, ref.value(), idx, mask.defined());
-  std::vector<Value> in{ref.value(), fit_value(op, v, ref.dtype(), ix.shape)};
+  std::vector<Value> in{ref.value(), fit_value(op, "the value", v, ref.value(), ix)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   *p = index_params(ix, 2);
   p->set_flag("has_mask", mask.defined());
-  if (mask.defined()) in.push_back(fit_mask(op, mask, ix.shape));
+  if (mask.defined()) in.push_back(fit_mask(op, mask, ref.value(), ix));
   return in;
 }
 }  // namespace
@@ -171,7 +217,8 @@ void store(const Ref& ref, Indexers idx, const Value& v, StoreOptions o, SourceL
   trace::bind(PrimId::store, in, p);
 }
 
-Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions o) {
+Value swap(const Ref& ref, Indexers idx, const Value& v, StoreOptions o, SourceLocation loc) {
+  trace::Here here(loc);
   ir::Params p;
   auto in = store_operands("swap", ref, idx, v, o.mask, &p);
   return trace::bind1(PrimId::swap, in, p);
@@ -185,27 +232,37 @@ Value atomic_or_(const Ref& r, Indexers i, const Value& v, const Value& m) { ret
 Value atomic_xor_(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xor, r, i, v, m); }
 Value atomic_xchg(const Ref& r, Indexers i, const Value& v, const Value& m) { return atomic(ir::AtomicOp::Xchg, r, i, v, m); }
 Value atomic_cas(const Ref& ref, Indexers idx, const Value& cmp, const Value& v) {
+  trace::Here here(api::loc_of(idx));
   Indexed ix = make_indexer("atomic_cas", ref.value(), idx, false);
-  std::vector<Value> in{ref.value(), fit_value("atomic_cas", cmp, ref.dtype(), ix.shape),
-                        fit_value("atomic_cas", v, ref.dtype(), ix.shape)};
+  std::vector<Value> in{ref.value(), fit_value("atomic_cas", "cmp", cmp, ref.value(), ix),
+                        fit_value("atomic_cas", "the value", v, ref.value(), ix)};
   in.insert(in.end(), ix.dyn.begin(), ix.dyn.end());
   return trace::bind1(PrimId::atomic_cas, in, index_params(ix, 3));
 }
 
-Indexer::Indexer(const RefView& v) : kind(Kind::Index), index(v.get()) {}
+Indexer::Indexer(const RefView& v, SourceLocation l) : kind(Kind::Index), index(v.get()), loc(l) {}
 
-RefView::RefView(const Ref& r, Indexers idx) : ref_(r.value().impl()), idx_(std::move(idx)) {}
-Value RefView::get() const { return load(Ref(Value(ref_)), idx_); }
+namespace api {
+SourceLocation loc_of(const Indexers& idx) {
+  for (auto& i : idx)
+    if (i.loc.file && *i.loc.file) return i.loc;
+  return {};
+}
+}  // namespace api
+
+RefView::RefView(const Ref& r, Indexers idx) : ref_(r.value().impl()), idx_(std::move(idx)), loc_(api::loc_of(idx_)) {}
+Value RefView::get() const { return load(Ref(Value(ref_)), idx_, {}, loc_); }
 Value RefView::astype(DType t, SourceLocation loc) const {
   trace::Here here(loc);
   return get().astype(t);
 }
 const RefView& RefView::operator=(const Value& v) const {
-  store(Ref(Value(ref_)), idx_, v);
+  store(Ref(Value(ref_)), idx_, v, {}, loc_);
   return *this;
 }
 const RefView& RefView::operator=(const RefView& v) const { return *this = v.get(); }
 const RefView& RefView::operator+=(const Value& v) const {
+  trace::Here here(loc_);
   ir::Params p;
   auto in = store_operands("addupdate", Ref(Value(ref_)), idx_, v, Value(), &p);
   p = ir::Params{{"idx", p.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};

@@ -14,6 +14,7 @@ using trace::atom_of;
 using trace::aval_of;
 using trace::bind1;
 using trace::make_value;
+using detail::Operand;
 
 void Value::init_bool(bool v) { *this = make_value(Literal::of_int(v ? 1 : 0, DType::Bool, false)); }
 void Value::init_float(double v) { *this = make_value(Literal::of_float(v, DType::F32, true)); }
@@ -32,8 +33,16 @@ DType Value::dtype() const { return aval_of(*this, "Value::dtype").dtype; }
 bool Value::weak_type() const { return aval_of(*this, "Value::weak_type").weak; }
 std::string Value::str() const { return defined() ? impl_->aval.str() : std::string("<empty Value>"); }
 Value Value::astype(DType t, SourceLocation loc) const { trace::Here here(loc); return convert_element_type(*this, t); }
-Value Value::reshape(Shape s) const { return pallas::reshape(*this, s); }
-Value Value::T() const { return transpose(*this); }
+Value Value::reshape(Shape s, SourceLocation loc) const { return pallas::reshape(*this, s, loc); }
+Value Value::T(SourceLocation loc) const { return transpose(*this, {}, loc); }
+
+namespace detail {
+Operand::Operand(const RefView& r, SourceLocation l) : v(r.get()), loc(l) {}
+Operand::Operand(const Filled& f, SourceLocation l) : loc(l) {
+  trace::Here here(l);  // (the broadcast of a tile constant)
+  v = f;
+}
+}  // namespace detail
 
 namespace api {
 
@@ -70,6 +79,14 @@ Value convert(const Value& x, DType t, bool weak) {
   return bind1(PrimId::convert_element_type, {x}, p);
 }
 
+bool broadcastable(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  size_t off = to.size() - from.size();
+  for (size_t k = 0; k < from.size(); ++k)
+    if (from[k] != to[off + k] && from[k] != 1) return false;
+  return true;
+}
+
 Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
   size_t n = std::max(a.size(), b.size());
   Shape r(n);
@@ -77,25 +94,25 @@ Shape broadcast_shapes(const char* op, const Shape& a, const Shape& b) {
     int64_t da = k < n - a.size() ? 1 : a[k - (n - a.size())];
     int64_t db = k < n - b.size() ? 1 : b[k - (n - b.size())];
     if (da != db && da != 1 && db != 1)
-      throw Error(std::string(op) + ": shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
+      throw Error(std::string(op) + ": shapes " + shape_str(a) + " and " + shape_str(b) +
+                  " cannot be broadcast together (dimensions, aligned from the last, must be equal or 1); reshape, "
+                  "transpose or slice an operand to match");
     r[k] = da == 1 ? db : da;
   }
   return r;
 }
 
+// (Callers that broadcast on the user's behalf check broadcastable() first and say what they
+// were doing; this message is for pl::broadcast_to itself.)
 Value broadcast(const Value& x, const Shape& shape) {
   const Shape& s = x.shape();
   if (s == shape) return x;
-  if (s.size() > shape.size()) throw Error("broadcast_to: cannot broadcast " + x.str() + " to " + shape_str(shape));
+  if (!broadcastable(s, shape))
+    throw Error("broadcast_to: cannot broadcast " + x.str() + " to " + shape_str(shape) +
+                "; each dimension must equal the target's or be 1 (leading ones may be missing)");
   std::vector<int64_t> dims;
   size_t off = shape.size() - s.size();
-  Shape kept;
-  std::vector<int64_t> squeeze_dims;
-  for (size_t k = 0; k < s.size(); ++k) {
-    if (s[k] != shape[off + k] && s[k] != 1)
-      throw Error("broadcast_to: cannot broadcast " + x.str() + " to " + shape_str(shape));
-    dims.push_back(static_cast<int64_t>(off + k));
-  }
+  for (size_t k = 0; k < s.size(); ++k) dims.push_back(static_cast<int64_t>(off + k));
   return bind1(PrimId::broadcast_in_dim, {x}, {{"shape", shape}, {"broadcast_dimensions", dims}});
 }
 
@@ -180,28 +197,30 @@ Value le(const Value& a, const Value& b) { return binary(PrimId::le, a, b); }
 Value gt(const Value& a, const Value& b) { return binary(PrimId::gt, a, b); }
 Value ge(const Value& a, const Value& b) { return binary(PrimId::ge, a, b); }
 
-Value operator+(const Value& a, const Value& b) { return add(a, b); }
-Value operator-(const Value& a, const Value& b) { return sub(a, b); }
-Value operator*(const Value& a, const Value& b) { return mul(a, b); }
-Value operator/(const Value& a, const Value& b) { return div(a, b); }
-Value operator%(const Value& a, const Value& b) { return rem(a, b); }
-Value operator&(const Value& a, const Value& b) { return bitwise_and(a, b); }
-Value operator|(const Value& a, const Value& b) { return bitwise_or(a, b); }
-Value operator^(const Value& a, const Value& b) { return bitwise_xor(a, b); }
-Value operator<<(const Value& a, const Value& b) { return shift_left(a, b); }
-Value operator>>(const Value& a, const Value& b) {
-  auto v = api::promote(">>", {a, b}, false);
+// Each operator binds under its own line (its operands' conversions were made there).
+Value operator+(Operand a, Operand b) { trace::Here h(a.loc); return add(a.v, b.v); }
+Value operator-(Operand a, Operand b) { trace::Here h(a.loc); return sub(a.v, b.v); }
+Value operator*(Operand a, Operand b) { trace::Here h(a.loc); return mul(a.v, b.v); }
+Value operator/(Operand a, Operand b) { trace::Here h(a.loc); return div(a.v, b.v); }
+Value operator%(Operand a, Operand b) { trace::Here h(a.loc); return rem(a.v, b.v); }
+Value operator&(Operand a, Operand b) { trace::Here h(a.loc); return bitwise_and(a.v, b.v); }
+Value operator|(Operand a, Operand b) { trace::Here h(a.loc); return bitwise_or(a.v, b.v); }
+Value operator^(Operand a, Operand b) { trace::Here h(a.loc); return bitwise_xor(a.v, b.v); }
+Value operator<<(Operand a, Operand b) { trace::Here h(a.loc); return shift_left(a.v, b.v); }
+Value operator>>(Operand a, Operand b) {
+  trace::Here h(a.loc);
+  auto v = api::promote(">>", {a.v, b.v}, false);
   return bind1(is_unsigned_int(v[0].dtype()) ? PrimId::shift_right_logical : PrimId::shift_right_arithmetic, {v[0], v[1]});
 }
-Value operator==(const Value& a, const Value& b) { return eq(a, b); }
-Value operator!=(const Value& a, const Value& b) { return ne(a, b); }
-Value operator<(const Value& a, const Value& b) { return lt(a, b); }
-Value operator<=(const Value& a, const Value& b) { return le(a, b); }
-Value operator>(const Value& a, const Value& b) { return gt(a, b); }
-Value operator>=(const Value& a, const Value& b) { return ge(a, b); }
-Value operator-(const Value& a) { return neg(a); }
-Value operator!(const Value& a) { return logical_not(a); }
-Value operator~(const Value& a) { return bitwise_not(a); }
+Value operator==(Operand a, Operand b) { trace::Here h(a.loc); return eq(a.v, b.v); }
+Value operator!=(Operand a, Operand b) { trace::Here h(a.loc); return ne(a.v, b.v); }
+Value operator<(Operand a, Operand b) { trace::Here h(a.loc); return lt(a.v, b.v); }
+Value operator<=(Operand a, Operand b) { trace::Here h(a.loc); return le(a.v, b.v); }
+Value operator>(Operand a, Operand b) { trace::Here h(a.loc); return gt(a.v, b.v); }
+Value operator>=(Operand a, Operand b) { trace::Here h(a.loc); return ge(a.v, b.v); }
+Value operator-(Operand a) { trace::Here h(a.loc); return neg(a.v); }
+Value operator!(Operand a) { trace::Here h(a.loc); return logical_not(a.v); }
+Value operator~(Operand a) { trace::Here h(a.loc); return bitwise_not(a.v); }
 
 Value where(const Value& c, const Value& x, const Value& y, SourceLocation loc) { trace::Here here(loc);
   Value cb = c.dtype() == DType::Bool ? c : ne(c, 0);
@@ -212,7 +231,8 @@ Value where(const Value& c, const Value& x, const Value& y, SourceLocation loc) 
   return bind1(PrimId::select_n, {cb, yb, xb});
 }
 
-Value select_n(const Value& which, const std::vector<Value>& cases) {
+Value select_n(const Value& which, const std::vector<Value>& cases, SourceLocation loc) {
+  trace::Here here(loc);
   if (cases.empty()) throw Error("select_n: needs at least one case");
   auto v = api::promote("select_n", cases, false);
   Shape s = v[0].shape();
@@ -225,22 +245,29 @@ Value select_n(const Value& which, const std::vector<Value>& cases) {
 
 Value clamp(const Value& lo, const Value& x, const Value& hi, SourceLocation loc) { trace::Here here(loc);
   DType t = x.dtype();
-  auto fit = [&](const Value& b) {
+  auto fit = [&](const Value& b, const char* which) {
     Value c = b.weak_type() || b.dtype() == t ? api::convert(b, t, false) : b;
-    return c.shape().empty() ? c : api::broadcast(c, x.shape());
+    if (c.shape().empty()) return c;
+    if (!api::broadcastable(c.shape(), x.shape()))
+      throw Error(std::string("clamp: ") + which + " " + b.str() + " does not broadcast to x's shape " + shape_str(x.shape()) +
+                  "; give a scalar bound or one of x's shape");
+    return api::broadcast(c, x.shape());
   };
-  return bind1(PrimId::clamp, {fit(lo), x, fit(hi)});
+  return bind1(PrimId::clamp, {fit(lo, "lo"), x, fit(hi, "hi")});
 }
 
 Value integer_pow(const Value& x, int n, SourceLocation loc) { trace::Here here(loc); return bind1(PrimId::integer_pow, {x}, {{"y", int64_t{n}}}); }
 Value square(const Value& x) { return integer_pow(x, 2); }
-Value bitcast(const Value& x, DType t) { return bind1(PrimId::bitcast_convert_type, {x}, {{"new_dtype", t}}); }
+Value bitcast(const Value& x, DType t, SourceLocation loc) {
+  trace::Here here(loc);
+  return bind1(PrimId::bitcast_convert_type, {x}, {{"new_dtype", t}}); }
 Value stop_gradient(const Value& x) { return bind1(PrimId::stop_gradient, {x}); }
 Value convert_element_type(const Value& x, DType t, SourceLocation loc) { trace::Here here(loc); return api::convert(x, t, false); }
 
 // ---- shapes ----
 Value broadcast_to(const Value& x, const Shape& shape, SourceLocation loc) { trace::Here here(loc); return api::broadcast(x, shape); }
-Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& dims) {
+Value broadcast_in_dim(const Value& x, const Shape& shape, const std::vector<int>& dims, SourceLocation loc) {
+  trace::Here here(loc);
   return bind1(PrimId::broadcast_in_dim, {x},
                {{"shape", shape}, {"broadcast_dimensions", std::vector<int64_t>(dims.begin(), dims.end())}});
 }
@@ -260,7 +287,8 @@ Value reshape(const Value& x, const Shape& shape, SourceLocation loc) { trace::H
   if (s == x.shape()) return x;
   return bind1(PrimId::reshape, {x}, {{"new_sizes", s}});
 }
-Value squeeze(const Value& x, Axes axes) {
+Value squeeze(const Value& x, Axes axes, SourceLocation loc) {
+  trace::Here here(loc);
   std::vector<int64_t> dims;
   if (axes.all) {
     for (int k = 0; k < x.ndim(); ++k)
@@ -291,17 +319,21 @@ Value iota(DType dtype, const Shape& shape, int dimension, SourceLocation loc) {
   int d = ops::normalize_axis("iota", dimension, static_cast<int>(shape.size()));  // -1: the last
   return bind1(PrimId::iota, {}, {{"dtype", dtype}, {"shape", shape}, {"dimension", int64_t{d}}});
 }
-Value arange(int64_t stop) { return iota(DType::I32, {stop}, 0); }
-Value arange(int64_t start, int64_t stop) {
+Value arange(int64_t stop, SourceLocation loc) { return iota(DType::I32, {stop}, 0, loc); }
+Value arange(int64_t start, int64_t stop, SourceLocation loc) {
+  trace::Here here(loc);
   Value r = iota(DType::I32, {stop - start}, 0);
-  return start ? r + Value(start) : r;
+  return start ? add(r, Value(start)) : r;
 }
 Filled::operator Value() const {
   Value c = Value::constant(value, dtype);
   return shape.empty() ? c : api::broadcast(c, shape);
 }
-Value full_like(const Value& x, double value) { return Filled{x.shape(), value, x.dtype()}; }
-Value zeros_like(const Value& x) { return full_like(x, 0.0); }
+Value full_like(const Value& x, double value, SourceLocation loc) {
+  trace::Here here(loc);
+  return Filled{x.shape(), value, x.dtype()};
+}
+Value zeros_like(const Value& x, SourceLocation loc) { return full_like(x, 0.0, loc); }
 
 // ---- dot ----
 Value dot(const Value& a, const Value& b, DotOptions o, SourceLocation loc) { trace::Here here(loc);
@@ -350,7 +382,8 @@ Value cumsum(const Value& x, int axis, SourceLocation loc) { trace::Here here(lo
 }
 
 // ---- grid ----
-Value program_id(int axis) {
+Value program_id(int axis, SourceLocation loc) {
+  trace::Here here(loc);
   auto& f = trace::require_frame("program_id");
   const auto& ctx = f.context();
   if (!ctx.allows_program_id)
@@ -360,7 +393,8 @@ Value program_id(int axis) {
                 std::to_string(ctx.grid.size()));
   return bind1(PrimId::program_id, {}, {{"axis", int64_t{axis}}});
 }
-Value num_programs(int axis) {
+Value num_programs(int axis, SourceLocation loc) {
+  trace::Here here(loc);
   auto& f = trace::require_frame("num_programs");
   const auto& ctx = f.context();
   if (axis < 0 || axis >= static_cast<int>(ctx.grid.size()))
@@ -371,9 +405,16 @@ Value num_programs(int axis) {
 }
 
 // ---- hints, printing ----
-Value multiple_of(const Value& x, std::vector<int64_t> v) { return bind1(PrimId::multiple_of, {x}, {{"values", v}}); }
-Value max_contiguous(const Value& x, std::vector<int64_t> v) { return bind1(PrimId::max_contiguous, {x}, {{"values", v}}); }
-void debug_print(const std::string& fmt, const std::vector<Value>& values) {
+Value multiple_of(const Value& x, std::vector<int64_t> v, SourceLocation loc) {
+  trace::Here here(loc);
+  return bind1(PrimId::multiple_of, {x}, {{"values", v}});
+}
+Value max_contiguous(const Value& x, std::vector<int64_t> v, SourceLocation loc) {
+  trace::Here here(loc);
+  return bind1(PrimId::max_contiguous, {x}, {{"values", v}});
+}
+void debug_print(const std::string& fmt, const std::vector<Value>& values, SourceLocation loc) {
+  trace::Here here(loc);
   trace::bind(PrimId::debug_print, values, {{"fmt", fmt}});
 }
 

@@ -7,7 +7,8 @@ namespace pallas::trace {
 
 namespace {
 thread_local Frame* g_current = nullptr;
-thread_local ir::SourceLoc g_loc;
+thread_local ir::SourceLoc g_loc;   // the located op being traced (outermost in its frame)
+thread_local ir::SourceLoc g_last;  // the last location recorded in this frame (see Here)
 
 // The library's own sources (src/) and public headers: a location there is not the kernel's.
 bool in_library(const char* file) {
@@ -23,15 +24,40 @@ bool in_library(const char* file) {
 
 Frame* current_frame() { return g_current; }
 
+}  // namespace pallas::trace
+
+namespace pallas::detail {
+// Called by every pl::Error's constructor: cheap, and empty outside a trace.
+ErrorSite current_error_site() noexcept {
+  if (!trace::g_current) return {};
+  if (trace::g_loc.file) return {trace::g_loc.file, trace::g_loc.line, true};
+  if (trace::g_last.file) return {trace::g_last.file, trace::g_last.line, false};
+  return {};
+}
+}  // namespace pallas::detail
+
+namespace pallas::trace {
+
 Here::Here(SourceLocation loc) {
   if (g_loc.file || !loc.file || !*loc.file || !g_current || in_library(loc.file)) return;
   g_loc = {loc.file, loc.line};
+  g_last = g_loc;
   set_ = true;
 }
 Here::~Here() {
   if (set_) g_loc = {};
 }
 ir::SourceLoc current_loc() { return g_loc; }
+
+std::string with_site(const std::string& what, const Error& e) {
+  std::string m = e.what();
+  if (m.rfind(what + ": ", 0) == 0) m.erase(0, what.size() + 2);
+  const detail::ErrorSite& s = e.site();
+  std::string at;
+  if (s.file) at = std::string(s.exact ? "at " : "at or after ") + ir::SourceLoc{s.file, s.line}.str() + ": ";
+  if (!at.empty() && m.rfind(at, 0) == 0) at.clear();  // already said (a message passed on)
+  return what + ": " + at + m;
+}
 
 Frame& require_frame(const char* op) {
   if (!g_current)
@@ -40,13 +66,25 @@ Frame& require_frame(const char* op) {
   return *g_current;
 }
 
-Frame::Frame(const KernelContext* ctx, bool nested) : ctx_(ctx), parent_(g_current), nested_(nested), saved_loc_(g_loc) {
+Frame::Frame(const KernelContext* ctx, bool nested)
+    : ctx_(ctx), parent_(g_current), nested_(nested), saved_loc_(g_loc), saved_last_(g_last) {
   g_current = this;
   g_loc = {};  // a body or branch traced here is not part of the op that traces it
+  if (!nested) g_last = {};  // a new kernel or index map: no line before it
+  // (a nested one starts with the enclosing statement's line: the loop's or the cond's)
 }
 Frame::~Frame() {
   g_current = parent_;
   g_loc = saved_loc_;
+  g_last = saved_last_;
+}
+
+std::string KernelContext::ref_name(const Value& ref) const {
+  if (ref.defined())
+    if (auto* v = std::get_if<ir::Var>(&ref.impl()->atom))
+      for (auto& [id, name] : ref_names)
+        if (id == v->id) return name;
+  return "the ref";
 }
 
 ir::Var Frame::add_invar(ir::Aval a) {

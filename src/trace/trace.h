@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "pallas/kernel.h"
@@ -25,6 +26,10 @@ struct KernelContext {
   std::string what;            // "kernel 'name'" or "index map of input 0 of kernel 'name'"
   std::vector<int64_t> grid;   // pl::dynamic entries for call-time sizes
   bool allows_program_id = false;
+  // The kernel's refs by variable id ("input 1", "output 0", "scratch 0"): what a load or
+  // store error calls the ref it accesses.
+  std::vector<std::pair<int64_t, std::string>> ref_names;
+  std::string ref_name(const Value& ref) const;  // "the ref" when not one of them
 };
 
 class Frame {
@@ -52,7 +57,7 @@ class Frame {
   std::unordered_map<int64_t, ir::Var> captured_;
   std::vector<ir::Var> captured_inner_;
   std::vector<ir::Atom> captured_outer_;
-  ir::SourceLoc saved_loc_;
+  ir::SourceLoc saved_loc_, saved_last_;
 };
 
 Frame* current_frame();  // nullptr outside any trace
@@ -61,6 +66,14 @@ Frame* current_frame();  // nullptr outside any trace
 // op's caller (an op the library calls on its own behalf keeps its caller's place). Locations
 // inside the library itself (its sources and public headers) are not the kernel's and are
 // skipped. A nested frame (a loop body, a branch) starts with none.
+//
+// Each such location is also remembered as the frame's last one, for what has no location of
+// its own: an elementwise function (pl::exp) binds its equation without one, and an error
+// made in it is said to be "at or after" that last line (detail::ErrorSite::exact = false).
+// The last line is the enclosing statement's whenever the statement reads a ref, calls a named
+// op or applies an operator before it (operators and ref accesses have lines, see kernel.h),
+// and never a line after the error; a loop body starts with its loop's line, and the line
+// before the loop comes back after it.
 class Here {
  public:
   explicit Here(SourceLocation loc);
@@ -73,6 +86,11 @@ class Here {
 };
 ir::SourceLoc current_loc();
 Frame& require_frame(const char* op);
+
+// An error made while tracing, as pallas_call reports it: "<what>: at matmul.cc:42: <message>"
+// (the op's line; "at or after" when only the last line before it is known), the message's
+// own leading "<what>: " dropped so that it is said once.
+std::string with_site(const std::string& what, const Error& e);
 
 // Helpers for the public API implementation.
 Value make_value(ir::Atom a);

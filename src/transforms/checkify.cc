@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "src/core/backend_registry.h"
+#include "src/core/print_format.h"
 #include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
 
@@ -22,6 +23,7 @@ std::vector<Value> inline_jaxpr(const ir::Jaxpr& j, const std::vector<Value>& ar
   for (const ir::Eqn& e : j.eqns) {
     std::vector<Value> in;
     for (auto& a : e.in) in.push_back(get(a));
+    trace::Here here(SourceLocation{e.loc.file ? e.loc.file : "", e.loc.line});  // keeps its line (a check's message names it)
     std::vector<Value> out = trace::bind(e.prim->id, in, e.params);
     for (size_t k = 0; k < e.out.size(); ++k) env[e.out[k].id] = out[k];
   }
@@ -62,8 +64,9 @@ core::PallasCall checkify_pallas_call(const core::PallasCall& c) {
         ranges += (d ? " x " : "") + std::string("[0, ") + std::to_string(nblocks) + ")";
       }
       if (!ok.defined()) return;
-      std::string fmt = "out-of-bounds block: the index map of " + bm.what + " of " + c.what + " returned block (" +
-                        holes + ") for blocks of (" + dims_str(bm.block_shape) + ") of the array " + bm.array.str() +
+      // (the kernel's name comes first, as in every message: CheckedCall prefixes it)
+      std::string fmt = "out-of-bounds block: the index map of " + bm.what + " returned block (" + holes +
+                        ") for blocks of (" + dims_str(bm.block_shape) + ") of the array " + bm.array.str() +
                         "; block indices must be in " + ranges;
       std::vector<Value> in{ok};
       in.insert(in.end(), idx.begin(), idx.end());
@@ -138,6 +141,7 @@ struct SlotRewriter {
     for (const ir::Eqn& e : j.eqns) {
       std::vector<Value> in;
       for (auto& a : e.in) in.push_back(get(env, a));
+      trace::Here here(SourceLocation{e.loc.file ? e.loc.file : "", e.loc.line});  // the code replacing it keeps its line
       PrimId id = e.prim->id;
       if (id == PrimId::check) {
         Value ok = in[0].astype(DType::I32);
@@ -145,7 +149,7 @@ struct SlotRewriter {
         Value cur = err(0).get();
         Value fail = (ok == 0) & (cur == 0);
         err(0) = where(fail, Value::constant(static_cast<double>(metas->size() + 1), DType::I32), cur);
-        CheckMeta m{e.params.get<std::string>("fmt"), {}};
+        CheckMeta m{e.params.get<std::string>("fmt"), {}, e.loc};
         int64_t off = 0;
         for (size_t k = 1; k < in.size(); ++k) {
           int64_t n = in[k].impl()->aval.size();
@@ -283,7 +287,7 @@ std::string format_check(const CheckMeta& m, const double* vals) {
       out += m.fmt[i];
     }
   }
-  return out;
+  return core::check_failure_text(m.loc, out);
 }
 
 }  // namespace pallas::transforms
@@ -350,7 +354,7 @@ Checked CheckedCall::operator()(const std::vector<Array>& args) const {
         pid[k] = rem % pc.grid.grid[k];
         rem /= pc.grid.grid[k];
       }
-      out.error = CheckError(format_check(sc->checks.at(codes[p] - 1), vals.data() + p * sc->payload), pid);
+      out.error = CheckError(pc.what + ": " + format_check(sc->checks.at(codes[p] - 1), vals.data() + p * sc->payload), pid);
       break;
     }
     outs.resize(sc->num_outputs);
@@ -360,7 +364,7 @@ Checked CheckedCall::operator()(const std::vector<Array>& args) const {
   // The interpreter's check rule collects the first failure.
   core::count_run(Backend::Interpret);
   core::CheckedRun r = core::interpret_runner()->run_checked(pc, args);
-  if (r.failed) out.error = CheckError(r.message, r.failed_program_id);
+  if (r.failed) out.error = CheckError(pc.what + ": " + r.message, r.failed_program_id);
   out.outputs = std::move(r.outputs);
   return out;
 }
@@ -370,7 +374,9 @@ std::string CheckedCall::jaxpr_text(const std::vector<ShapeDtype>& inputs) const
 }
 
 namespace detail {
-void check_impl(const Value& pred, const std::string& fmt, const std::vector<Value>& values) {
+void check_impl(const Operand& pred_at, const std::string& fmt, const std::vector<Value>& values) {
+  trace::Here here(pred_at.loc);
+  const Value& pred = pred_at.v;
   size_t holes = 0;
   for (size_t k = 0; k + 1 < fmt.size(); ++k)
     if (fmt[k] == '{' && fmt[k + 1] == '}') ++holes;

@@ -67,6 +67,7 @@ core::PallasCall checkify_pallas_call(const core::PallasCall& c);  // checks as 
 struct CheckMeta {
   std::string fmt;
   std::vector<std::pair<DType, Shape>> values;
+  ir::SourceLoc loc;  // the pl::check's line, for the message
 };
 // Checks as extra outputs: per program, the 1-based index of its first failing check (0: ok)
 // in an i32 output shaped grid + [1], and that check's values in an f64 output grid + [payload].

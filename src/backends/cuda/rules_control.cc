@@ -3,6 +3,7 @@
 #include "src/backends/cuda/pipeline.h"
 #include "src/backends/cuda/rotation.h"
 #include "src/backends/cuda/rules.h"
+#include "src/core/print_format.h"
 
 namespace pallas::cuda {
 using ir::PrimId;
@@ -199,7 +200,7 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
     if (!E.checks_enabled) return;
     ir::Aval a = ir::atom_aval(e.in[0]);
     int id = static_cast<int>(E.check_messages.size());
-    E.check_messages.push_back(e.params.get<std::string>("fmt"));
+    E.check_messages.push_back(core::check_failure_text(e.loc, e.params.get<std::string>("fmt")));
     std::string bad = E.fresh("bad");
     E.line("int " + bad + " = 0;");
     E.foreach(a.shape, [&] { E.line("if (!" + E.elem(e.in[0], "k") + ") " + bad + " = 1;"); });

@@ -178,7 +178,8 @@ void check_rule(const Instr& ins, Val* env, Ctx& ctx) {
   std::vector<int64_t> pid(ctx.program_ids, ctx.program_ids + ctx.grid_rank);
   int64_t linear = 0;
   for (int k = 0; k < ctx.grid_rank; ++k) linear = linear * ctx.grid[k] + ctx.program_ids[k];
-  ctx.call->record_failure(linear, pid, core::fill_print_format(ins.eqn->params.get<std::string>("fmt"), vals));
+  ctx.call->record_failure(linear, pid,
+                           core::check_failure_text(ins.eqn->loc, core::fill_print_format(ins.eqn->params.get<std::string>("fmt"), vals)));
 }
 
 }  // namespace

@@ -246,6 +246,13 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
   if (n == 0) return;
   const bool reads = kind != AccessKind::Write;
   const bool value_read = kind == AccessKind::Read || ins.eqn->prim->id == PrimId::swap;  // padding reads count
+  // A block wholly outside its array is no edge block but its index map's doing (block
+  // indices count blocks, not elements): reading it is out of bounds, reported under that
+  // check (which "all" turns on) as well as under padding reads.
+  bool block_outside = false;
+  if (info && value_read && (cs.on.out_of_bounds || cs.on.padding))
+    for (int d = 0; d < info->array_shape.n; ++d)
+      block_outside = block_outside || info->start[d] >= info->array_shape[d] || info->start[d] + info->block[d] <= 0;
   const bool per_element = info && ((info->shadow && cs.on.shadow()) ||
                                     (info->scratch_written && cs.on.uninitialized));
 
@@ -264,7 +271,7 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       }
       if (lo[d] < 0 || hi[d] >= ref.shape[d]) rect_ok = false;
     }
-    if (rect_ok && info && value_read && cs.on.padding)
+    if (rect_ok && info && value_read && (cs.on.padding || block_outside))
       for (int k = 0; k < a.ndims; ++k) {
         int d = info->ref_dim_to_array[k];
         if (info->start[d] + lo[k] < 0 || info->start[d] + hi[k] >= info->array_shape[d]) rect_ok = false;  // padding
@@ -433,14 +440,33 @@ void check_access(const Instr& ins, const Val* env, Ctx& ctx, const Access& a, c
       lin += ac[d] * astr[d];
     }
     if (!inarr) {  // the padding of an overhanging block: only reads that give a value count
+      auto array_str = [&] {
+        std::string shape;
+        for (int d = 0; d < rank; ++d) shape += (d ? "," : "") + std::to_string(info->array_shape[d]);
+        return dtype_name(ref.dtype) + std::string("[") + shape + "] array";
+      };
+      if (block_outside) {  // (value reads only)
+        for (int d = 0; d < rank; ++d) {
+          int64_t st = info->start[d], b = info->block[d], n = info->array_shape[d];
+          if (st < n && st + b > 0) continue;
+          int64_t bi = b > 0 ? (st >= 0 ? st / b : -((-st + b - 1) / b)) : st;
+          std::string at = ins.eqn->loc.file ? " (at " + ins.eqn->loc.str() + ")" : "";
+          fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + at + " from a block wholly outside the " +
+               array_str() + ": its index map put block index " + std::to_string(bi) +
+               " of dim " + std::to_string(d) + " at element " + std::to_string(st) +
+               (st >= n ? ", past the array's size " + std::to_string(n) + " there" : ", before the array's start") +
+               ", so every element read is poison. The index map is the likely bug: it returns block indices (element "
+               "start = index x block size " + std::to_string(b) + "), which must be in [0, " +
+               std::to_string((n + b - 1) / std::max<int64_t>(b, 1)) + ") on that dim");
+          return;
+        }
+      }
       if (cs.on.padding && value_read) {
         std::string range;
         for (int d = 0; d < rank; ++d)
           range += (d ? ", " : "") + std::to_string(info->start[d]) + ":" + std::to_string(info->start[d] + info->block[d]);
-        std::string shape;
-        for (int d = 0; d < rank; ++d) shape += (d ? "," : "") + std::to_string(info->array_shape[d]);
         fail(std::string(verb(kind, ins.eqn->prim->id)) + " " + what + " element " + coords_str(ac, rank) + ", beyond the edge of the " +
-             dtype_name(ref.dtype) + "[" + shape + "] array: its block [" + range +
+             array_str() + ": its block [" + range +
              "] overhangs the array and this unmasked lane reads the padding (poison). Mask the load "
              "(pl::load(ref, idx, {.mask = ...})) or use a block shape that divides the array");
         return;
