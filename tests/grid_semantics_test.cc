@@ -247,6 +247,11 @@ TEST(GridSemantics, InferenceSeesAffineIndexMaps) {
   // both axes flattened into one index (i * 3 + j, j < 3): one-to-one, parallel
   EXPECT_EQ(semantics({4, 3}, {2, 24}, {2, 2}, [](V i, V j) { return std::vector<V>{pl::Value(0) * i, i * 3 + j}; }),
             "all parallel");
+  // a grouped program order (Triton's L2 swizzle: one axis walks the blocks through % and /):
+  // no affine form, so the maps are run over the grid at trace time — one-to-one, parallel
+  EXPECT_EQ(semantics({12, 1}, {8, 6}, {2, 2}, [](V i, V) { return std::vector<V>{i % 4, i / 4}; }), "all parallel");
+  EXPECT_EQ(semantics({6, 2}, {8, 6}, {2, 2}, [](V i, V j) { return std::vector<V>{(i * 2 + j) % 4, (i * 2 + j) / 4}; }),
+            "all parallel");
   // i + j repeats blocks along both axes; i / 2 along i; j % 2 along j
   EXPECT_EQ(semantics({4, 3}, {2, 24}, {2, 2}, [](V i, V j) { return std::vector<V>{pl::Value(0) * i, i + j}; }),
             "(sequential, sequential)");
@@ -266,6 +271,19 @@ TEST(GridSemantics, InferenceSeesAffineIndexMaps) {
        .interpret = true});
   two(std::vector<pl::Array>{});
   EXPECT_THAT(two.jaxpr_text(), HasSubstr("dimension_semantics=(parallel, sequential)"));
+}
+
+// With a grid size given at call time the maps cannot be run at trace time: an axis whose
+// map the affine forms cannot see through is sequential (never a race), one they prove stays
+// parallel.
+TEST(GridSemantics, CallTimeGridSizesKeepUnprovenAxesSequential) {
+  auto c = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros({2}); }, pl::ShapeDtype({64}, pl::f32),
+                           {.grid = {pl::dynamic, pl::dynamic},
+                            .out_specs = {pl::BlockSpec({2}, [](V i, V j) { return pl::idx(i % 4 + j * 0); })},
+                            .interpret = true,
+                            .interpret_params = {.detect_unwritten_outputs = false}});
+  c(std::vector<pl::Array>{pl::Array::scalar<int32_t>(4), pl::Array::scalar<int32_t>(1)});
+  EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(sequential, sequential)"));
 }
 
 // A grid axis of size 0 runs no program: refused when an output would be left unwritten, legal

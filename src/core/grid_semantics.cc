@@ -7,16 +7,22 @@
 // deterministic if the axis runs in order, so it is sequential — the interpreter's row-major
 // order, which the GPU then follows too. Proof of "never the same block": some block index of
 // the output reads the axis and is an affine form one-to-one over the grid's box (i, 2 * i + 1,
-// n - 1 - i, i * 8 + j with j < 8). A map the analysis cannot see through (a
-// div, a rem, a min, a select) makes the axes it reads sequential: slower than parallel when
-// the map was in fact one-to-one, never a race; declare dimension_semantics to say otherwise.
+// n - 1 - i, i * 8 + j with j < 8). Where the forms prove nothing (a div, a rem, a min: the
+// grouped program order of a matmul), the maps are run over the whole grid at trace time and
+// exactly the axes along which two programs write one block become sequential; only where
+// they cannot be run (a call-time grid size, over 2^20 programs) is every unproven axis
+// sequential — slower than parallel if the map was one-to-one, never a race.
 // An output whose index map reads scalar-prefetch data may map two programs to one block along
 // any axis, which no analysis of the map can rule out: without declared semantics that is an
 // error that names the output and the fixes.
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <unordered_map>
 
 #include "src/core/pallas_call.h"
 #include "src/ir/dependence.h"
+#include "src/ir/scalar_eval.h"
 
 namespace pallas::core {
 
@@ -47,6 +53,45 @@ bool separates(const ir::AffineForm& f, size_t a, const std::vector<int64_t>& gr
   }
   return true;
 }
+// Run every output's index map over the whole grid (static, at most kMaxEvaluatedPrograms
+// programs, maps of integer arithmetic only) and return the axes along which two programs that
+// write one block of some output differ: those must run in order, in one CUDA block, for the
+// two to be ordered. nullopt where the maps cannot be run so.
+constexpr int64_t kMaxEvaluatedPrograms = int64_t{1} << 20;
+std::optional<std::vector<bool>> revisited_axes(const GridMapping& g) {
+  size_t rank = g.grid.size();
+  int64_t n = 1;
+  for (int64_t e : g.grid) {
+    if (e < 0 || (e > 0 && n > kMaxEvaluatedPrograms / e)) return std::nullopt;
+    n *= e;
+  }
+  std::vector<bool> seq(rank, false);
+  std::vector<int64_t> pid(rank), first(rank);
+  for (const BlockMapping& o : g.outputs) {
+    std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*o.index_map, rank);
+    if (!map) return std::nullopt;
+    std::unordered_map<std::string, int64_t> writer;  // block indices -> first program (linear)
+    std::vector<int64_t> block(map->num_outputs());
+    std::fill(pid.begin(), pid.end(), 0);
+    for (int64_t p = 0; p < n; ++p) {
+      map->run(pid.data(), block.data());
+      auto [it, fresh] = writer.emplace(std::string(reinterpret_cast<const char*>(block.data()), block.size() * sizeof(int64_t)), p);
+      if (!fresh) {
+        int64_t q = it->second;
+        for (size_t a = rank; a-- > 0;) {  // q's coordinates
+          first[a] = q % g.grid[a];
+          q /= g.grid[a];
+        }
+        for (size_t a = 0; a < rank; ++a) seq[a] = seq[a] || first[a] != pid[a];
+      }
+      for (size_t a = rank; a-- > 0;) {
+        if (++pid[a] < g.grid[a]) break;
+        pid[a] = 0;
+      }
+    }
+  }
+  return seq;
+}
 }  // namespace
 
 bool GridMapping::any_sequential() const {
@@ -74,15 +119,38 @@ void resolve_semantics(GridMapping& g, const std::vector<DimensionSemantics>& de
                   "same block of it and the grid cannot be checked for races; declare dimension_semantics "
                   "(pl::sequential for the axes along which its blocks may repeat, pl::parallel for the others), or "
                   "write that output with atomics");
+  std::vector<bool> unproven(rank, false);
   for (const BlockMapping& o : g.outputs) {
     std::vector<ir::AffineForm> forms = ir::affine_outvars(*o.index_map, rank);
     for (size_t a = 0; a < rank; ++a) {
       if (g.grid[a] == 1) continue;  // a size-1 axis has no two programs
       bool apart = false;
       for (const ir::AffineForm& f : forms) apart = apart || separates(f, a, g.grid);
-      if (!apart) g.semantics[a] = DimensionSemantics::Sequential;
+      if (!apart) unproven[a] = true;
     }
   }
+  // An axis some output's map ignores is a revisit for certain (the K axis of a matmul): only
+  // an unproven axis that every map reads needs the maps run.
+  bool doubt = false;
+  for (size_t a = 0; a < rank; ++a) {
+    if (!unproven[a]) continue;
+    std::vector<bool> axis(rank, false);
+    axis[a] = true;
+    bool ignored = false;
+    for (const BlockMapping& o : g.outputs) ignored = ignored || !o.index_map_reads(axis, false);
+    if (ignored) g.semantics[a] = DimensionSemantics::Sequential;
+    else doubt = true;
+  }
+  if (!doubt) return;
+  // The forms could not prove every axis apart: run the maps over the whole grid and make
+  // sequential exactly the axes along which two programs that write one block differ.
+  if (std::optional<std::vector<bool>> seq = revisited_axes(g)) {
+    for (size_t a = 0; a < rank; ++a)
+      if ((*seq)[a]) g.semantics[a] = DimensionSemantics::Sequential;
+    return;
+  }
+  for (size_t a = 0; a < rank; ++a)
+    if (unproven[a]) g.semantics[a] = DimensionSemantics::Sequential;
 }
 
 }  // namespace pallas::core
