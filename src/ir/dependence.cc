@@ -35,17 +35,12 @@ bool writes_ref(const ir::Jaxpr& j, int64_t var_id) {
       if (auto* v = std::get_if<ir::Var>(&e.in[0]); v && v->id == var_id) return true;
     }
     // Sub-jaxprs see the ref as a captured operand: follow it into the matching invar.
-    for (auto& [k, pv] : e.params.items) {
-      std::vector<ir::JaxprPtr> subs;
-      if (auto* s = std::get_if<ir::JaxprPtr>(&pv)) subs.push_back(*s);
-      if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&pv)) subs = *ss;
-      for (auto& s : subs) {
-        // operands map to the sub-jaxpr's invars from the end (captured consts are trailing)
-        size_t off = e.in.size() >= s->invars.size() ? e.in.size() - s->invars.size() : 0;
-        for (size_t a = 0; a < s->invars.size() && off + a < e.in.size(); ++a)
-          if (auto* v = std::get_if<ir::Var>(&e.in[off + a]); v && v->id == var_id)
-            if (writes_ref(*s, s->invars[a].id)) return true;
-      }
+    for (const ir::Jaxpr* s : sub_jaxprs(e)) {
+      // operands map to the sub-jaxpr's invars from the end (captured consts are trailing)
+      size_t off = e.in.size() >= s->invars.size() ? e.in.size() - s->invars.size() : 0;
+      for (size_t a = 0; a < s->invars.size() && off + a < e.in.size(); ++a)
+        if (auto* v = std::get_if<ir::Var>(&e.in[off + a]); v && v->id == var_id)
+          if (writes_ref(*s, s->invars[a].id)) return true;
     }
   }
   return false;

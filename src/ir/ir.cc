@@ -331,4 +331,31 @@ IndexPlacement placement(const NDIndexer& ix, int arr_rank) {
   return r;
 }
 
+std::vector<const Jaxpr*> sub_jaxprs(const Eqn& e) {
+  std::vector<const Jaxpr*> out;
+  for (const auto& [name, v] : e.params.items) {
+    if (auto* j = std::get_if<JaxprPtr>(&v); j && *j) out.push_back(j->get());
+    if (auto* js = std::get_if<std::vector<JaxprPtr>>(&v))
+      for (const JaxprPtr& j : *js)
+        if (j) out.push_back(j.get());
+  }
+  return out;
+}
+
+void for_each_eqn(const Jaxpr& j, const std::function<void(const Eqn&)>& f) {
+  for (const Eqn& e : j.eqns) {
+    f(e);
+    for (const Jaxpr* s : sub_jaxprs(e)) for_each_eqn(*s, f);
+  }
+}
+
+bool any_eqn(const Jaxpr& j, const std::function<bool(const Eqn&)>& pred) {
+  for (const Eqn& e : j.eqns) {
+    if (pred(e)) return true;
+    for (const Jaxpr* s : sub_jaxprs(e))
+      if (any_eqn(*s, pred)) return true;
+  }
+  return false;
+}
+
 }  // namespace pallas::ir

@@ -2,6 +2,7 @@
 // RefType and are read and written by primitives with an indexer param.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -190,6 +191,13 @@ std::string param_text(const ParamValue& v);
 void verify(const Jaxpr& j, const std::string& what);
 uint64_t structural_hash(const Jaxpr& j);
 uint64_t hash_text(const std::string& s, uint64_t seed = 1469598103934665603ull);
+
+// The one walk over nested jaxprs: the jaxprs an eqn holds in its params (loop bodies, cond
+// branches), in param order; every eqn of j and, depth first after it, of the jaxprs it holds;
+// whether some such eqn satisfies pred (stops at the first).
+std::vector<const Jaxpr*> sub_jaxprs(const Eqn& e);
+void for_each_eqn(const Jaxpr& j, const std::function<void(const Eqn&)>& f);
+bool any_eqn(const Jaxpr& j, const std::function<bool(const Eqn&)>& pred);
 
 // Fresh variable ids, unique within the process.
 int64_t new_var_id();

@@ -89,32 +89,17 @@ core::PallasCall checkify_pallas_call(const core::PallasCall& c) {
 // (an i32 output shaped like the grid) and the values of its message (an f64 output).
 namespace {
 bool has_check(const ir::Jaxpr& j) {
-  for (auto& e : j.eqns) {
-    if (e.prim->id == PrimId::check) return true;
-    for (auto& [k, v] : e.params.items) {
-      if (auto* s = std::get_if<ir::JaxprPtr>(&v); s && has_check(**s)) return true;
-      if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-        for (auto& s : *ss)
-          if (has_check(*s)) return true;
-    }
-  }
-  return false;
+  return ir::any_eqn(j, [](const ir::Eqn& e) { return e.prim->id == PrimId::check; });
 }
 
 int64_t payload_size(const ir::Jaxpr& j) {
   int64_t m = 0;
-  for (auto& e : j.eqns) {
-    if (e.prim->id == PrimId::check) {
-      int64_t n = 0;
-      for (size_t k = 1; k < e.in.size(); ++k) n += ir::atom_aval(e.in[k]).size();
-      m = std::max(m, n);
-    }
-    for (auto& [k, v] : e.params.items) {
-      if (auto* s = std::get_if<ir::JaxprPtr>(&v)) m = std::max(m, payload_size(**s));
-      if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-        for (auto& s : *ss) m = std::max(m, payload_size(*s));
-    }
-  }
+  ir::for_each_eqn(j, [&](const ir::Eqn& e) {
+    if (e.prim->id != PrimId::check) return;
+    int64_t n = 0;
+    for (size_t k = 1; k < e.in.size(); ++k) n += ir::atom_aval(e.in[k]).size();
+    m = std::max(m, n);
+  });
   return m;
 }
 
@@ -163,12 +148,8 @@ struct SlotRewriter {
       }
       ir::Params p = e.params;
       bool nested = (id == PrimId::fori_loop || id == PrimId::while_loop || id == PrimId::cond) && [&] {
-        for (auto& [k, v] : e.params.items) {
-          if (auto* s = std::get_if<ir::JaxprPtr>(&v); s && has_check(**s)) return true;
-          if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-            for (auto& s : *ss)
-              if (has_check(*s)) return true;
-        }
+        for (const ir::Jaxpr* s : ir::sub_jaxprs(e))
+          if (has_check(*s)) return true;
         return false;
       }();
       if (nested) {

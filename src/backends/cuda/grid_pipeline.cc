@@ -20,21 +20,10 @@ bool only_loaded(const ir::Jaxpr& k, int64_t ref) {
   return true;
 }
 
-// The sub-jaxprs an eqn holds (loop bodies, branches).
-std::vector<const ir::Jaxpr*> sub_jaxprs(const ir::Eqn& e) {
-  std::vector<const ir::Jaxpr*> out;
-  for (const auto& [name, v] : e.params.items) {
-    if (auto* j = std::get_if<ir::JaxprPtr>(&v); j && *j) out.push_back(j->get());
-    if (auto* js = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-      for (const ir::JaxprPtr& j : *js) out.push_back(j.get());
-  }
-  return out;
-}
-
 bool has_dot(const ir::Jaxpr& j) {
   for (const ir::Eqn& e : j.eqns) {
     if (e.prim->id == PrimId::dot) return true;
-    for (const ir::Jaxpr* s : sub_jaxprs(e))
+    for (const ir::Jaxpr* s : ir::sub_jaxprs(e))
       if (has_dot(*s)) return true;
   }
   return false;
@@ -44,7 +33,7 @@ bool has_dot(const ir::Jaxpr& j) {
 bool loop_with_dot(const ir::Jaxpr& j) {
   for (const ir::Eqn& e : j.eqns) {
     bool loop = e.prim->id == PrimId::fori_loop || e.prim->id == PrimId::while_loop;
-    for (const ir::Jaxpr* s : sub_jaxprs(e))
+    for (const ir::Jaxpr* s : ir::sub_jaxprs(e))
       if (loop ? has_dot(*s) : loop_with_dot(*s)) return true;
   }
   return false;

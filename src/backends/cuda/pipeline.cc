@@ -11,23 +11,11 @@ using ir::PrimId;
 
 namespace {
 
-// Calls f on every eqn of the jaxpr and of the jaxprs inside its ops.
-void for_each_eqn(const ir::Jaxpr& j, const std::function<void(const ir::Eqn&)>& f) {
-  for (const ir::Eqn& e : j.eqns) {
-    f(e);
-    for (const auto& [name, v] : e.params.items) {
-      if (auto* p = std::get_if<ir::JaxprPtr>(&v); p && *p) for_each_eqn(**p, f);
-      if (auto* ps = std::get_if<std::vector<ir::JaxprPtr>>(&v))
-        for (const ir::JaxprPtr& q : *ps)
-          if (q) for_each_eqn(*q, f);
-    }
-  }
-}
 
 // Any op of the jaxpr, or of the jaxprs inside its ops, writes a ref, prints or checks.
 bool has_effects(const ir::Jaxpr& j) {
   bool any = false;
-  for_each_eqn(j, [&](const ir::Eqn& e) { any = any || e.prim->has_effects; });
+  ir::for_each_eqn(j, [&](const ir::Eqn& e) { any = any || e.prim->has_effects; });
   return any;
 }
 
@@ -220,7 +208,7 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
 
 int count_dots(const ir::Jaxpr& j) {
   int n = 0;
-  for_each_eqn(j, [&](const ir::Eqn& e) { n += e.prim->id == PrimId::dot; });
+  ir::for_each_eqn(j, [&](const ir::Eqn& e) { n += e.prim->id == PrimId::dot; });
   return n;
 }
 

@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "src/runtime/host_values.h"
+
 namespace pallas::interp {
 
 namespace {
@@ -97,16 +99,7 @@ std::string unwritten_report(const std::string& what, const ShapeDtype& array, c
       ++count;
     }
   if (count == 0) return "";
-  auto coords = [&](int64_t lin) {
-    int n = static_cast<int>(array.shape.size());
-    int64_t c[kMaxRank] = {};
-    for (int d = n - 1; d >= 0; --d) {
-      int64_t sz = array.shape[static_cast<size_t>(d)];
-      c[d] = sz ? lin % sz : 0;
-      lin = sz ? lin / sz : 0;
-    }
-    return coords_str(c, n);
-  };
+  auto coords = [&](int64_t lin) { return runtime::index_str(array.shape, lin); };
   return std::to_string(count) + " of " + std::to_string(shadow.size()) + " elements of " + what + " " + array.str() +
          " were written by no program (the first at " + coords(first) + ", the last at " + coords(last) +
          "); they come back as poison (NaN for floats in the interpreter, stale memory on the GPU). Make the grid cover "

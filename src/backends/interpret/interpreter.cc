@@ -66,18 +66,6 @@ struct ArenaScope {
 constexpr int64_t kMaxInterpretPrograms = int64_t{1} << 32;
 constexpr int64_t kMaxJoinPrograms = int64_t{1} << 22;
 
-bool has_prim(const ir::Jaxpr& j, ir::PrimId id) {
-  for (auto& e : j.eqns) {
-    if (e.prim->id == id) return true;
-    for (auto& [k, pv] : e.params.items) {
-      if (auto* s = std::get_if<ir::JaxprPtr>(&pv); s && has_prim(**s, id)) return true;
-      if (auto* ss = std::get_if<std::vector<ir::JaxprPtr>>(&pv))
-        for (auto& x : *ss)
-          if (has_prim(*x, id)) return true;
-    }
-  }
-  return false;
-}
 
 struct Operand {
   const core::BlockMapping* bm = nullptr;
@@ -428,7 +416,7 @@ RunResult run_call(const core::PallasCall& call, const std::vector<Array>& args,
 
   // debug_print prints in row-major program order. (Races between reads of an aliased input
   // and writes of its output are not tracked: the input's reads see the caller's array.)
-  bool serial = has_prim(*call.kernel, ir::PrimId::debug_print);
+  bool serial = ir::any_eqn(*call.kernel, [](const ir::Eqn& e) { return e.prim->id == ir::PrimId::debug_print; });
   Schedule sc = schedule(gm, grid, nprog, ops, serial, prefetch_refs, rt);
 
   std::shared_ptr<Program> kernel = compiled(call.kernel);
