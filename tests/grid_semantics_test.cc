@@ -2,6 +2,8 @@
 // an output block (accumulation over a grid axis), which must give the interpreter's answer on
 // every backend. Inputs hold small integers, so every sum is exact in any order and both
 // backends must agree bit for bit.
+#include "src/core/pallas_call.h"
+#include "src/ir/scalar_eval.h"
 #include "tests/test_util.h"
 
 namespace pt {
@@ -284,6 +286,50 @@ TEST(GridSemantics, CallTimeGridSizesKeepUnprovenAxesSequential) {
                             .interpret_params = {.detect_unwritten_outputs = false}});
   c(std::vector<pl::Array>{pl::Array::scalar<int32_t>(4), pl::Array::scalar<int32_t>(1)});
   EXPECT_THAT(c.jaxpr_text(), HasSubstr("dimension_semantics=(sequential, sequential)"));
+}
+
+// The host evaluator the inference runs index maps with (src/ir/scalar_eval) agrees with the
+// backends on integer scalars: each expression of the grid indices is an index map run on the
+// host, and is also computed in a kernel and stored — division by zero and by negatives, rem,
+// wrap-around at i32 and through i8, select, clamp, min/max, abs, sign.
+TEST(GridSemantics, IndexMapsRunOnTheHostAgreeWithTheKernels) {
+  auto exprs = [](V i, V j) -> std::vector<V> {
+    return {(i - 2) / (j - 1),
+            (i * 7 - 20) % (j - 2),
+            pl::where(i > j, i, j * 3),
+            pl::clamp(V(0), i - j, V(2)),
+            (i * 100).astype(pl::i8).astype(pl::i32),
+            pl::abs(i - 3) + pl::sign(j - 2) * 10,
+            pl::maximum(i, j * 2) - pl::minimum(i, V(1)),
+            i * 1000000000 + j};
+  };
+  const int64_t K = 8, G0 = 5, G1 = 4;
+  auto kernel_call = pl::pallas_call(
+      [&](pl::Ref o) {
+        auto v = exprs(pl::program_id(0), pl::program_id(1));
+        for (int64_t k = 0; k < K; ++k) o(k) = v[static_cast<size_t>(k)];
+      },
+      pl::ShapeDtype({G0 * G1, K}, pl::i32),
+      {.grid = {G0, G1},
+       .out_specs = {pl::BlockSpec({pl::squeezed, K}, [](V i, V j) { return pl::idx(i * 4 + j, 0); })},
+       .name = "exprs"});
+  std::vector<int32_t> got = kernel_call(std::vector<pl::Array>{})[0].to_vector<int32_t>();
+  auto map_call = pl::pallas_call([](pl::Ref o) { o[pl::all] = pl::zeros(o.shape(), pl::f32); },
+                                  pl::ShapeDtype(pl::Shape(K, 1), pl::f32),
+                                  {.grid = {G0, G1},
+                                   .dimension_semantics = {pl::sequential, pl::sequential},
+                                   .out_specs = {pl::BlockSpec::with_vector_map(
+                                       pl::Shape(K, 1), [&](const std::vector<V>& g) { return exprs(g[0], g[1]); })}});
+  const auto& pc = map_call.state()->get({});
+  auto program = pl::ir::ScalarProgram::compile(*pc.grid.outputs[0].index_map, 2);
+  ASSERT_TRUE(program.has_value());
+  for (int64_t i = 0; i < G0; ++i)
+    for (int64_t j = 0; j < G1; ++j) {
+      int64_t pid[2] = {i, j}, out[K];
+      program->run(pid, out);
+      for (int64_t k = 0; k < K; ++k)
+        EXPECT_EQ(out[k], got[static_cast<size_t>((i * G1 + j) * K + k)]) << "expression " << k << " at (" << i << ", " << j << ")";
+    }
 }
 
 // A grid axis of size 0 runs no program: refused when an output would be left unwritten, legal
