@@ -10,14 +10,14 @@
 // n - 1 - i, i * 8 + j with j < 8). Where the forms prove nothing (a div, a rem, a min: the
 // grouped program order of a matmul), the maps are run over the whole grid at trace time and
 // exactly the axes along which two programs write one block become sequential; only where
-// they cannot be run (a call-time grid size, over 2^20 programs) is every unproven axis
+// they cannot be run (a call-time grid size, over 2^16 programs) is every unproven axis
 // sequential — slower than parallel if the map was one-to-one, never a race.
 // An output whose index map reads scalar-prefetch data may map two programs to one block along
 // any axis, which no analysis of the map can rule out: without declared semantics that is an
 // error that names the output and the fixes.
 #include <algorithm>
+#include <climits>
 #include <optional>
-#include <string>
 #include <unordered_map>
 
 #include "src/core/pallas_call.h"
@@ -38,26 +38,47 @@ namespace {
 // Whether the block index f gives any two programs that differ along axis a different values:
 // f reads a and is one-to-one over the box of all the axes it reads (parallel or not: programs
 // of different sequential steps overlap in time too) — sorted by |coefficient|, each exceeds
-// the widest span the smaller ones can cover.
+// the widest span the smaller ones can cover — and that span stays below 2^bits, so the
+// wrapped values the backends compute differ too. Coefficients are taken as their residues
+// modulo 2^bits (i * 65536 * 65536 is 0 in i32); a call-time extent counts as 2^31 - 1.
 bool separates(const ir::AffineForm& f, size_t a, const std::vector<int64_t>& grid) {
-  if (!f.affine || a >= f.coef.size() || f.coef[a] == 0) return false;
+  if (!f.affine || a >= f.coef.size()) return false;
+  auto residue = [&](int64_t c) {
+    if (f.bits >= 64) return c;
+    int sh = 64 - f.bits;
+    return static_cast<int64_t>(static_cast<uint64_t>(c) << sh) >> sh;
+  };
+  if (residue(f.coef[a]) == 0) return false;
   std::vector<std::pair<int64_t, int64_t>> terms;  // |coef|, extent
-  for (size_t k = 0; k < f.coef.size(); ++k)
-    if (f.coef[k] != 0 && grid[k] != 1) terms.push_back({f.coef[k] < 0 ? -f.coef[k] : f.coef[k], grid[k]});
-  if (terms.size() == 1) return true;
+  for (size_t k = 0; k < f.coef.size(); ++k) {
+    int64_t c = residue(f.coef[k]);
+    if (c == 0 || grid[k] == 1) continue;
+    if (c == INT64_MIN) return false;
+    terms.push_back({c < 0 ? -c : c, grid[k] < 0 ? int64_t{INT32_MAX} : grid[k]});
+  }
   std::sort(terms.begin(), terms.end());
   int64_t span = 0;  // the widest difference the terms so far can make
   for (auto [c, n] : terms) {
-    if (n < 0 || c <= span) return false;  // a call-time extent is unknown
+    if (c <= span) return false;
     if (__builtin_mul_overflow(c, n - 1, &n) || __builtin_add_overflow(span, n, &span)) return false;
   }
-  return true;
+  return f.bits >= 64 || span < (int64_t{1} << f.bits);
 }
+
 // Run every output's index map over the whole grid (static, at most kMaxEvaluatedPrograms
 // programs, maps of integer arithmetic only) and return the axes along which two programs that
 // write one block of some output differ: those must run in order, in one CUDA block, for the
-// two to be ordered. nullopt where the maps cannot be run so.
-constexpr int64_t kMaxEvaluatedPrograms = int64_t{1} << 20;
+// two to be ordered. nullopt where the maps cannot be run so. The limit keeps tracing cheap
+// (11 ms at the limit, one output, on a 2-core CI machine): a matmul's grouped order over a 16384² output in
+// 64x64 tiles has 65536 programs.
+constexpr int64_t kMaxEvaluatedPrograms = int64_t{1} << 16;
+struct BlockKeyHash {
+  size_t operator()(const std::vector<int64_t>& v) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
 std::optional<std::vector<bool>> revisited_axes(const GridMapping& g) {
   size_t rank = g.grid.size();
   int64_t n = 1;
@@ -66,16 +87,17 @@ std::optional<std::vector<bool>> revisited_axes(const GridMapping& g) {
     n *= e;
   }
   std::vector<bool> seq(rank, false);
-  std::vector<int64_t> pid(rank), first(rank);
+  std::vector<int64_t> pid(rank), first(rank), slots;
   for (const BlockMapping& o : g.outputs) {
     std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*o.index_map, rank);
     if (!map) return std::nullopt;
-    std::unordered_map<std::string, int64_t> writer;  // block indices -> first program (linear)
+    std::unordered_map<std::vector<int64_t>, int64_t, BlockKeyHash> writer;  // block indices -> first program
+    writer.reserve(static_cast<size_t>(n));
     std::vector<int64_t> block(map->num_outputs());
     std::fill(pid.begin(), pid.end(), 0);
     for (int64_t p = 0; p < n; ++p) {
-      map->run(pid.data(), block.data());
-      auto [it, fresh] = writer.emplace(std::string(reinterpret_cast<const char*>(block.data()), block.size() * sizeof(int64_t)), p);
+      map->run(pid.data(), block.data(), slots);
+      auto [it, fresh] = writer.emplace(block, p);
       if (!fresh) {
         int64_t q = it->second;
         for (size_t a = rank; a-- > 0;) {  // q's coordinates

@@ -116,6 +116,12 @@ int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string
 
 // Check a call's arguments (dynamic bounds, then inputs) against the PallasCall.
 void check_arguments(const PallasCall& call, const std::vector<Array>& args);
+// A dynamic grid bound's value, checked by each backend as it reads it: negative is an error,
+// and so is 0 when an output would come back unwritten (as a static axis of size 0 is).
+void check_dynamic_bound(const PallasCall& call, size_t k, int64_t v);
+// The first output a call that runs no program would leave unwritten ("output 0 f32[8]"):
+// one neither empty nor aliased to an input; "" if none.
+std::string output_left_unwritten(const PallasCall& call);
 // The error for a call with `given` arrays where it takes `dynamic` grid bounds, then
 // `prefetch` scalar-prefetch operands, then `inputs` inputs (`why`: how that is known, e.g.
 // "one per in_spec"; may be empty).

@@ -52,11 +52,31 @@ int64_t checked_num_programs(const std::vector<int64_t>& grid, const std::string
 
 int64_t GridMapping::num_programs_static() const {
   int64_t n = 1;
+  for (int64_t g : grid)
+    if (g == 0) return 0;  // no program, whatever the call-time sizes
   for (int64_t g : grid) {
     if (g < 0) return -1;
     n *= g;
   }
   return n;
+}
+
+std::string output_left_unwritten(const PallasCall& call) {
+  for (size_t o = 0; o < call.grid.outputs.size(); ++o) {
+    bool aliased = false;
+    for (auto [i, oo] : call.aliases) aliased = aliased || oo == static_cast<int>(o);
+    const ShapeDtype& sd = call.grid.outputs[o].array;
+    if (!aliased && shape_size(sd.shape) > 0) return "output " + std::to_string(o) + " " + sd.str();
+  }
+  return "";
+}
+
+void check_dynamic_bound(const PallasCall& call, size_t k, int64_t v) {
+  if (v < 0) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is negative (" + std::to_string(v) + ")");
+  if (v == 0)
+    if (std::string o = output_left_unwritten(call); !o.empty())
+      throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is 0, so no program runs and " + o +
+                  " would be written by none; pass at least 1, or skip the call when there is no work");
 }
 
 std::vector<ShapeDtype> PallasCall::input_shapes() const {
@@ -257,17 +277,12 @@ PallasCall trace_call(const detail::KernelBody& body, const std::vector<ShapeDty
   c.aliases = opts.input_output_aliases;
   // A grid axis of size 0 runs no program: every output not aliased to an input would come back
   // unwritten (poison, or stale memory on the GPU). Legal only when there is nothing to write.
-  for (size_t a = 0; a < opts.grid.size(); ++a) {
-    if (opts.grid[a] != 0) continue;
-    for (size_t o = 0; o < out_shapes.size(); ++o) {
-      bool aliased = false;
-      for (auto [i, oo] : opts.input_output_aliases) aliased = aliased || oo == static_cast<int>(o);
-      if (!aliased && shape_size(out_shapes[o].shape) > 0)
-        throw Error(what + ": grid axis " + std::to_string(a) + " has size 0, so no program runs and output " +
-                    std::to_string(o) + " " + out_shapes[o].str() + " would be written by none; give each grid axis at "
-                    "least one program (pl::cdiv(size, block) is 0 only for an empty array), or alias the output to an input");
-    }
-  }
+  for (size_t a = 0; a < opts.grid.size(); ++a)
+    if (opts.grid[a] == 0)
+      if (std::string o = output_left_unwritten(c); !o.empty())
+        throw Error(what + ": grid axis " + std::to_string(a) + " has size 0, so no program runs and " + o +
+                    " would be written by none; give each grid axis at least one program (pl::cdiv(size, block) is 0 "
+                    "only for an empty array), or alias the output to an input");
 
   // The kernel: refs for scalar prefetch, inputs, outputs, scratch.
   size_t nrefs = np + nin + out_shapes.size() + c.grid.scratch.size();

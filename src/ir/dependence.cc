@@ -80,11 +80,14 @@ std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n) {
     }
     return dep ? AffineForm{false, {}, std::nullopt} : constant(std::nullopt);
   };
-  auto lin = [&](const AffineForm& x, const AffineForm& y, int64_t sy) {  // x + sy * y
+  auto lin = [&](const AffineForm& x, const AffineForm& y, int64_t sy) {  // x + sy * y, modulo 2^64
     if (!x.affine || !y.affine) return AffineForm{false, {}, std::nullopt};
+    auto mad = [](int64_t a, int64_t s, int64_t b) {
+      return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(s) * static_cast<uint64_t>(b));
+    };
     AffineForm r = constant(std::nullopt);
-    for (size_t k = 0; k < n; ++k) r.coef[k] = x.coef[k] + sy * y.coef[k];
-    if (x.offset && y.offset) r.offset = *x.offset + sy * *y.offset;
+    for (size_t k = 0; k < n; ++k) r.coef[k] = mad(x.coef[k], sy, y.coef[k]);
+    if (x.offset && y.offset) r.offset = mad(*x.offset, sy, *y.offset);
     return r;
   };
   for (const Eqn& e : j.eqns) {
@@ -106,8 +109,8 @@ std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n) {
       }
       case PrimId::convert_element_type: {
         DType from = atom_aval(e.in[0]).dtype, to = e.out[0].aval.dtype;
-        bool widening = is_integer(from) && itemsize(to) >= itemsize(from) && is_signed_int(to) == is_signed_int(from);
-        r = widening ? of(e.in[0]) : opaque(e);
+        bool same = is_integer(from) && itemsize(to) == itemsize(from) && is_signed_int(to) == is_signed_int(from);
+        r = same ? of(e.in[0]) : opaque(e);
         break;
       }
       case PrimId::multiple_of:
@@ -117,7 +120,10 @@ std::vector<AffineForm> affine_outvars(const Jaxpr& j, size_t n) {
     form[e.out[0].id] = r;
   }
   std::vector<AffineForm> out;
-  for (const Atom& a : j.outvars) out.push_back(of(a));
+  for (const Atom& a : j.outvars) {
+    out.push_back(of(a));
+    out.back().bits = static_cast<int>(itemsize(atom_aval(a).dtype) * 8);
+  }
   return out;
 }
 

@@ -49,7 +49,7 @@ std::optional<ScalarProgram> ScalarProgram::compile(const Jaxpr& j, size_t num_i
   auto atom = [&](const Atom& a) -> std::optional<int> {
     if (auto* l = std::get_if<Literal>(&a)) {
       if (width(l->dtype) == 0) return std::nullopt;
-      return fresh(l->i);
+      return fresh(wrap(l->i, width(l->dtype)));
     }
     auto it = slot.find(std::get<Var>(a).id);
     if (it == slot.end()) return std::nullopt;  // an invar past num_invars (a ref) or unknown
@@ -59,6 +59,9 @@ std::optional<ScalarProgram> ScalarProgram::compile(const Jaxpr& j, size_t num_i
     if (!supported(e.prim->id) || e.out.size() != 1 || !e.out[0].aval.shape.empty()) return std::nullopt;
     int bits = width(e.out[0].aval.dtype);
     if (bits == 0) return std::nullopt;
+    // select_n on an integer: the backends disagree on an index out of range (the interpreter
+    // clamps, the GPU takes the last case), so the host cannot stand for both
+    if (e.prim->id == PrimId::select_n && (atom_aval(e.in[0]).dtype != DType::Bool || e.in.size() != 3)) return std::nullopt;
     Op op{e.prim->id, bits, {}, 0};
     for (const Atom& a : e.in) {
       if (!atom_aval(a).shape.empty()) return std::nullopt;
@@ -78,8 +81,8 @@ std::optional<ScalarProgram> ScalarProgram::compile(const Jaxpr& j, size_t num_i
   return p;
 }
 
-void ScalarProgram::run(const int64_t* invars, int64_t* outvars) const {
-  std::vector<int64_t> v = init_;
+void ScalarProgram::run(const int64_t* invars, int64_t* outvars, std::vector<int64_t>& v) const {
+  v = init_;
   for (size_t k = 0; k < num_invars_; ++k) v[k] = invars[k];
   for (const Op& op : ops_) {
     auto x = [&](size_t k) { return v[static_cast<size_t>(op.in[k])]; };
@@ -105,7 +108,7 @@ void ScalarProgram::run(const int64_t* invars, int64_t* outvars) const {
       case PrimId::or_: r = x(0) | x(1); break;
       case PrimId::xor_: r = x(0) ^ x(1); break;
       case PrimId::not_: r = op.bits == 1 ? !x(0) : ~x(0); break;
-      case PrimId::select_n: r = x(1 + static_cast<size_t>(std::clamp<int64_t>(x(0), 0, static_cast<int64_t>(op.in.size()) - 2))); break;
+      case PrimId::select_n: r = x(x(0) ? 2 : 1); break;  // a bool predicate (compile): two cases
       case PrimId::clamp: r = std::min(std::max(x(1), x(0)), x(2)); break;
       default: r = x(0);  // convert_element_type (wrapped below), the hints, stop_gradient
     }

@@ -17,8 +17,9 @@ namespace pallas::ir {
 class ScalarProgram {
  public:
   static std::optional<ScalarProgram> compile(const Jaxpr& j, size_t num_invars);
-  // The outvars for these values of the first num_invars invars.
-  void run(const int64_t* invars, int64_t* outvars) const;
+  // The outvars for these values of the first num_invars invars; `slots` is scratch, reused
+  // across runs so that a run allocates nothing.
+  void run(const int64_t* invars, int64_t* outvars, std::vector<int64_t>& slots) const;
   size_t num_outputs() const { return outs_.size(); }
 
  private:

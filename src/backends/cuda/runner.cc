@@ -415,7 +415,7 @@ struct CudaRunner final : core::BackendRunner {
       Array h = args[k].to_host();
       int64_t v = 0;
       convert_elements(h.dtype(), h.raw_data(), DType::I64, &v, 1);
-      if (v < 0) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is negative (" + std::to_string(v) + ")");
+      core::check_dynamic_bound(call, static_cast<size_t>(k), v);
       if (v > INT_MAX) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is " + std::to_string(v) + "; at most 2^31-1 per axis");
       dyn[k] = static_cast<int>(v);
     }

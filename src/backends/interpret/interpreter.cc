@@ -332,7 +332,7 @@ RunResult run_call(const core::PallasCall& call, const std::vector<Array>& args,
       if (g < 0) {
         int64_t v = 0;
         convert_elements(args[k].dtype(), args[k].data(), DType::I64, &v, 1);
-        if (v < 0) throw Error(call.what + ": dynamic grid bound " + std::to_string(k) + " is negative (" + std::to_string(v) + ")");
+        core::check_dynamic_bound(call, static_cast<size_t>(k), v);
         g = v;
         ++k;
       }
