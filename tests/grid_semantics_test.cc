@@ -131,6 +131,22 @@ TEST(GridSemantics, DeclaredParallelSharedBlockAddupdateIsAtomic) {
   for (int p = 0; p < 16; ++p)
     for (int e = 0; e < 64; ++e) want[static_cast<size_t>(e)] += v[static_cast<size_t>(p * 64 + e)];
   EXPECT_TRUE(equal(c(x, zero).to_vector<int32_t>(), want));
+  // the same through a map that revisits blocks along the declared-parallel axis (i / 4): four
+  // programs add into each block at once, so the GPU's += must be atomic there too
+  pl::Array zeros4 = pl::Array::zeros({4 * 64}, pl::i32);
+  auto quarters = pl::pallas_call(
+      [](pl::Ref xr, pl::Ref acc_in, pl::Ref o) { o[pl::all] += xr[pl::all]; },
+      pl::ShapeDtype({4 * 64}, pl::i32),
+      {.grid = {16},
+       .dimension_semantics = {pl::parallel},
+       .in_specs = {pl::BlockSpec({64}, [](V i) { return pl::idx(i); }), pl::BlockSpec({64}, [](V i) { return pl::idx(i / 4); })},
+       .out_specs = {pl::BlockSpec({64}, [](V i) { return pl::idx(i / 4); })},
+       .input_output_aliases = {{1, 0}},
+       .name = "atomic_quarters"});
+  std::vector<int32_t> want4(4 * 64, 0);
+  for (int p = 0; p < 16; ++p)
+    for (int e = 0; e < 64; ++e) want4[static_cast<size_t>((p / 4) * 64 + e)] += v[static_cast<size_t>(p * 64 + e)];
+  EXPECT_TRUE(equal(quarters(x, zeros4).to_vector<int32_t>(), want4));
 }
 
 // An output index map that reads scalar-prefetch data may send two programs to one block:

@@ -65,9 +65,9 @@ bool separates(const ir::AffineForm& f, size_t a, const std::vector<int64_t>& gr
   return f.bits >= 64 || span < (int64_t{1} << f.bits);
 }
 
-// Run every output's index map over the whole grid (static, at most kMaxEvaluatedPrograms
+// Run an output's index map over the whole grid (static, at most kMaxEvaluatedPrograms
 // programs, maps of integer arithmetic only) and return the axes along which two programs that
-// write one block of some output differ: those must run in order, in one CUDA block, for the
+// write one block of it differ: those must run in order, in one CUDA block, for the
 // two to be ordered. nullopt where the maps cannot be run so. The limit keeps tracing cheap
 // (11 ms at the limit, one output, on a 2-core CI machine): a matmul's grouped order over a 16384² output in
 // 64x64 tiles has 65536 programs.
@@ -79,7 +79,7 @@ struct BlockKeyHash {
     return static_cast<size_t>(h);
   }
 };
-std::optional<std::vector<bool>> revisited_axes(const GridMapping& g) {
+std::optional<std::vector<bool>> revisited_axes(const GridMapping& g, const BlockMapping& o) {
   size_t rank = g.grid.size();
   int64_t n = 1;
   for (int64_t e : g.grid) {
@@ -88,7 +88,7 @@ std::optional<std::vector<bool>> revisited_axes(const GridMapping& g) {
   }
   std::vector<bool> seq(rank, false);
   std::vector<int64_t> pid(rank), first(rank), slots;
-  for (const BlockMapping& o : g.outputs) {
+  {
     std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*o.index_map, rank);
     if (!map) return std::nullopt;
     std::unordered_map<std::vector<int64_t>, int64_t, BlockKeyHash> writer;  // block indices -> first program
@@ -141,38 +141,37 @@ void resolve_semantics(GridMapping& g, const std::vector<DimensionSemantics>& de
                   "same block of it and the grid cannot be checked for races; declare dimension_semantics "
                   "(pl::sequential for the axes along which its blocks may repeat, pl::parallel for the others), or "
                   "write that output with atomics");
-  std::vector<bool> unproven(rank, false);
   for (const BlockMapping& o : g.outputs) {
-    std::vector<ir::AffineForm> forms = ir::affine_outvars(*o.index_map, rank);
-    for (size_t a = 0; a < rank; ++a) {
-      if (g.grid[a] == 1) continue;  // a size-1 axis has no two programs
-      bool apart = false;
-      for (const ir::AffineForm& f : forms) apart = apart || separates(f, a, g.grid);
-      if (!apart) unproven[a] = true;
-    }
+    std::vector<bool> r = revisit_axes(g, o);
+    for (size_t a = 0; a < rank; ++a)
+      if (r[a]) g.semantics[a] = DimensionSemantics::Sequential;
   }
-  // An axis some output's map ignores is a revisit for certain (the K axis of a matmul): only
-  // an unproven axis that every map reads needs the maps run.
+}
+
+std::vector<bool> revisit_axes(const GridMapping& g, const BlockMapping& o) {
+  size_t rank = g.grid.size();
+  std::vector<bool> unproven(rank, false);
+  std::vector<ir::AffineForm> forms = ir::affine_outvars(*o.index_map, rank);
+  for (size_t a = 0; a < rank; ++a) {
+    if (g.grid[a] == 1) continue;  // a size-1 axis has no two programs
+    bool apart = false;
+    for (const ir::AffineForm& f : forms) apart = apart || separates(f, a, g.grid);
+    unproven[a] = !apart;
+  }
+  // An axis the map ignores is a revisit for certain (the K axis of a matmul): only an unproven
+  // axis the map reads needs the map run.
   bool doubt = false;
   for (size_t a = 0; a < rank; ++a) {
     if (!unproven[a]) continue;
     std::vector<bool> axis(rank, false);
     axis[a] = true;
-    bool ignored = false;
-    for (const BlockMapping& o : g.outputs) ignored = ignored || !o.index_map_reads(axis, false);
-    if (ignored) g.semantics[a] = DimensionSemantics::Sequential;
-    else doubt = true;
+    doubt = doubt || o.index_map_reads(axis, false);
   }
-  if (!doubt) return;
-  // The forms could not prove every axis apart: run the maps over the whole grid and make
-  // sequential exactly the axes along which two programs that write one block differ.
-  if (std::optional<std::vector<bool>> seq = revisited_axes(g)) {
-    for (size_t a = 0; a < rank; ++a)
-      if ((*seq)[a]) g.semantics[a] = DimensionSemantics::Sequential;
-    return;
-  }
-  for (size_t a = 0; a < rank; ++a)
-    if (unproven[a]) g.semantics[a] = DimensionSemantics::Sequential;
+  if (!doubt) return unproven;
+  // The forms could not prove every axis apart: run the map over the whole grid, and the axes
+  // along which two programs that write one block differ are exactly the revisits.
+  if (std::optional<std::vector<bool>> exact = revisited_axes(g, o)) return *exact;
+  return unproven;
 }
 
 }  // namespace pallas::core

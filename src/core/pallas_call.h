@@ -37,6 +37,13 @@ struct BlockMapping {
   bool index_map_reads(const std::vector<bool>& axes, bool prefetch) const;
 };
 
+struct GridMapping;
+// The grid axes along which two programs may write one block of output o (grid_semantics.cc:
+// proven apart by the map's affine form, else by running the map over a static grid, else
+// assumed). The inferred semantics make these sequential; with declared semantics, a parallel
+// one among them makes o's blocks shared by programs that run at once.
+std::vector<bool> revisit_axes(const GridMapping& g, const BlockMapping& o);
+
 struct GridMapping {
   std::vector<int64_t> grid;  // pl::dynamic (-1) for call-time sizes
   // One per grid axis, always resolved (declared, or inferred by resolve_semantics).

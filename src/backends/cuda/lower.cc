@@ -442,12 +442,10 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
     if (a >= np + nin) {  // an output: may programs on parallel axes share its blocks?
       size_t rank_g = gm.grid.size();
       r.shared_by_parallel_programs = bm.index_map_reads(std::vector<bool>(rank_g, false), /*prefetch=*/true);
-      for (size_t g = 0; g < rank_g; ++g) {
-        if (gm.sequential(g) || gm.grid[g] == 1) continue;
-        std::vector<bool> axis(rank_g, false);
-        axis[g] = true;
-        bool moves = bm.index_map_reads(axis, false);
-        if (!moves) r.shared_by_parallel_programs = true;
+      if (!r.shared_by_parallel_programs) {  // a declared-parallel axis along which its blocks repeat
+        std::vector<bool> revisits = core::revisit_axes(gm, bm);
+        for (size_t g = 0; g < rank_g; ++g)
+          if (!gm.sequential(g) && gm.grid[g] != 1 && revisits[g]) r.shared_by_parallel_programs = true;
       }
     }
     E.refs[v.id] = r;
