@@ -59,8 +59,9 @@ std::optional<ScalarProgram> ScalarProgram::compile(const Jaxpr& j, size_t num_i
     if (!supported(e.prim->id) || e.out.size() != 1 || !e.out[0].aval.shape.empty()) return std::nullopt;
     int bits = width(e.out[0].aval.dtype);
     if (bits == 0) return std::nullopt;
-    // select_n on an integer: the backends disagree on an index out of range (the interpreter
-    // clamps, the GPU takes the last case), so the host cannot stand for both
+    // select_n on an integer: both backends clamp an index out of range, but the GPU took the
+    // last case for a negative one until 2026-12-07; kept off the host until that has been
+    // checked on a GPU across sessions (the axis it reads then stays sequential)
     if (e.prim->id == PrimId::select_n && (atom_aval(e.in[0]).dtype != DType::Bool || e.in.size() != 3)) return std::nullopt;
     Op op{e.prim->id, bits, {}, 0};
     for (const Atom& a : e.in) {

@@ -106,8 +106,9 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
     E.foreach_value(o, [&] {
       std::string w = E.elem(e.in[0], "k");
       std::string r = E.elem(e.in.back(), "k");
+      // an i32 selector out of range is clamped, as in the interpreter: below 0 takes case 0
       for (int c = static_cast<int>(e.in.size()) - 3; c >= 0; --c)
-        r = "((int)(" + w + ") == " + std::to_string(c) + " ? " + E.elem(e.in[1 + c], "k") + " : " + r + ")";
+        r = "((int)(" + w + ") " + (c == 0 ? "<=" : "==") + " " + std::to_string(c) + " ? " + E.elem(e.in[1 + c], "k") + " : " + r + ")";
       E.line(E.elem(o, "k") + " = " + r + ";");
     });
   });
