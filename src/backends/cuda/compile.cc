@@ -136,6 +136,10 @@ namespace {
 std::string nvrtc_compile(const Lowered& L, const Target& target, const std::string& what, const std::string& dump_dir) {
   nvrtcProgram prog;
   check(nvrtcCreateProgram(&prog, L.source.c_str(), (L.name + ".cu").c_str(), 0, nullptr, nullptr), what + ": NVRTC");
+  struct Destroy {  // on every way out, a throwing check included
+    nvrtcProgram* p;
+    ~Destroy() { nvrtcDestroyProgram(p); }
+  } destroy{&prog};
   // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
   // performance notes such as wgmma serialisation) on stderr. It does not change the cubin.
   bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
@@ -149,7 +153,6 @@ std::string nvrtc_compile(const Lowered& L, const Target& target, const std::str
   if (n) nvrtcGetProgramLog(prog, log.data());
   if (report && r == NVRTC_SUCCESS) std::fprintf(stderr, "%s (%s, %s):\n%s\n", L.name.c_str(), what.c_str(), target.arch.c_str(), log.c_str());
   if (r != NVRTC_SUCCESS) {
-    nvrtcDestroyProgram(&prog);
     if (!dump_dir.empty()) dump(L, "", dump_dir);
     throw Error(what + ": NVRTC failed to compile the generated CUDA kernel " + L.name + " for " + target.arch + ":\n" + log +
                 explain_nvrtc_error(log, L.source, L.name + ".cu") + "(set PALLAS_DUMP_DIR to keep the generated source)");
@@ -167,7 +170,6 @@ std::string nvrtc_compile(const Lowered& L, const Target& target, const std::str
     }
     dump(L, ptx, dump_dir);
   }
-  nvrtcDestroyProgram(&prog);
   return cubin;
 }
 

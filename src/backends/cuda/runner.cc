@@ -55,7 +55,11 @@ const Loaded* load(const std::shared_ptr<const Compiled>& c, const std::string& 
   const int max_smem = device_info(device).max_smem_optin;
   CUmodule m;
   CUresult r = d.cuModuleLoadData(&m, c->cubin.data());
-  if (r != CUDA_SUCCESS && c->from_disk && may_refuse) return nullptr;
+  // A cubin from disk the driver cannot use (a damaged or foreign image) is compiled again; any
+  // other failure (out of memory, a lost context) is the caller's error, not the cache's.
+  bool bad_image = r == CUDA_ERROR_INVALID_IMAGE || r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_INVALID_PTX ||
+                   r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION;
+  if (bad_image && c->from_disk && may_refuse) return nullptr;
   check(r, what + ": loading the cubin of " + c->lowered.name);
   CUfunction f;
   check(d.cuModuleGetFunction(&f, m, c->lowered.name.c_str()), what + ": finding " + c->lowered.name);
