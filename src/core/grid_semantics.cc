@@ -88,28 +88,25 @@ std::optional<std::vector<bool>> revisited_axes(const GridMapping& g, const Bloc
   }
   std::vector<bool> seq(rank, false);
   std::vector<int64_t> pid(rank), first(rank), slots;
-  {
-    std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*o.index_map, rank);
-    if (!map) return std::nullopt;
-    std::unordered_map<std::vector<int64_t>, int64_t, BlockKeyHash> writer;  // block indices -> first program
-    writer.reserve(static_cast<size_t>(n));
-    std::vector<int64_t> block(map->num_outputs());
-    std::fill(pid.begin(), pid.end(), 0);
-    for (int64_t p = 0; p < n; ++p) {
-      map->run(pid.data(), block.data(), slots);
-      auto [it, fresh] = writer.emplace(block, p);
-      if (!fresh) {
-        int64_t q = it->second;
-        for (size_t a = rank; a-- > 0;) {  // q's coordinates
-          first[a] = q % g.grid[a];
-          q /= g.grid[a];
-        }
-        for (size_t a = 0; a < rank; ++a) seq[a] = seq[a] || first[a] != pid[a];
+  std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*o.index_map, rank);
+  if (!map) return std::nullopt;
+  std::unordered_map<std::vector<int64_t>, int64_t, BlockKeyHash> writer;  // block indices -> first program
+  writer.reserve(static_cast<size_t>(n));
+  std::vector<int64_t> block(map->num_outputs());
+  for (int64_t p = 0; p < n; ++p) {
+    map->run(pid.data(), block.data(), slots);
+    auto [it, fresh] = writer.emplace(block, p);
+    if (!fresh) {
+      int64_t q = it->second;
+      for (size_t a = rank; a-- > 0;) {  // q's coordinates
+        first[a] = q % g.grid[a];
+        q /= g.grid[a];
       }
-      for (size_t a = rank; a-- > 0;) {
-        if (++pid[a] < g.grid[a]) break;
-        pid[a] = 0;
-      }
+      for (size_t a = 0; a < rank; ++a) seq[a] = seq[a] || first[a] != pid[a];
+    }
+    for (size_t a = rank; a-- > 0;) {
+      if (++pid[a] < g.grid[a]) break;
+      pid[a] = 0;
     }
   }
   return seq;

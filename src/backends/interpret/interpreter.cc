@@ -66,7 +66,6 @@ struct ArenaScope {
 constexpr int64_t kMaxInterpretPrograms = int64_t{1} << 32;
 constexpr int64_t kMaxJoinPrograms = int64_t{1} << 22;
 
-
 struct Operand {
   const core::BlockMapping* bm = nullptr;
   Array array;  // the storage the kernel's ref points into
