@@ -73,8 +73,8 @@ TEST(CompileCache, StagesAreInTheKey) {
   EXPECT_EQ(traced(two).text(), traced(four).text());  // the calls differ only in their params
   auto c2 = cu::compile_call(traced(two), "sm_90a"), c4 = cu::compile_call(traced(four), "sm_90a");
   EXPECT_NE(c2.get(), c4.get());
-  EXPECT_THAT(c2->lowered.dots_text, HasSubstr("loop: 2 stages"));
-  EXPECT_THAT(c4->lowered.dots_text, HasSubstr("loop: 4 stages"));
+  EXPECT_THAT(c2->lowered.section("loop-plans"), HasSubstr("loop: 2 stages"));
+  EXPECT_THAT(c4->lowered.section("loop-plans"), HasSubstr("loop: 4 stages"));
   EXPECT_NE(c2->lowered.source, c4->lowered.source);
   EXPECT_NE(c2->cubin, c4->cubin);
   // each is found again by its own key
@@ -95,8 +95,8 @@ TEST(CompileCache, DebugAndSwitchesAreInTheKey) {
   auto scalar = cu::compile_call(traced(small("keyed")), "sm_90a");
   unsetenv("PALLAS_CUDA_VECTOR_WIDTH");
   EXPECT_NE(scalar.get(), plain.get());
-  EXPECT_THAT(plain->lowered.layout_text, HasSubstr("runs of 4 element(s)"));
-  EXPECT_THAT(scalar->lowered.layout_text, HasSubstr("runs of 1 element(s)"));
+  EXPECT_THAT(plain->lowered.section("blocked-layout"), HasSubstr("runs of 4 element(s)"));
+  EXPECT_THAT(scalar->lowered.section("blocked-layout"), HasSubstr("runs of 1 element(s)"));
   EXPECT_EQ(cu::compile_call(traced(small("keyed")), "sm_90a").get(), plain.get());
   // every switch is in the target's text, so in the keys
   cu::Target t;

@@ -22,6 +22,10 @@ namespace pl = pallas;
 
 namespace {
 
+// The loop plans (the loop-plans pass's section), then what the printer decided about each
+// dot's operands (Lowered::dots_text): as they read in NAME.10-loop-plans.txt and NAME.11-print.txt.
+std::string decisions(const pallas::cuda::Lowered& L) { return L.section("loop-plans") + L.dots_text; }
+
 std::string plan_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, int threads = 128, bool aligned = true) {
   call.trace(args);
   return pallas::cuda::plan_layout(call.state()->get_traced(), threads, aligned).text;
@@ -155,12 +159,13 @@ std::string dots_of(int64_t bk, pl::DType t, bool tb, bool write_in_loop, int st
   pallas::cuda::Lowered L = pallas::cuda::lower(call.state()->get_traced(), arch, tensor_maps);
   // a TMA copy and its tensor map go together: one map per operand here
   size_t tma_copies = 0;
-  for (size_t at = 0; (at = L.dots_text.find("pipelined by TMA", at)) != std::string::npos; ++at) ++tma_copies;
+  std::string text = decisions(L);
+  for (size_t at = 0; (at = text.find("pipelined by TMA", at)) != std::string::npos; ++at) ++tma_copies;
   EXPECT_EQ(L.tensor_maps.size(), tma_copies);
-  return L.dots_text;
+  return text;
 }
 
-// The dot-acceleration and pipelining decisions (NAME.dots.txt under PALLAS_DUMP_PASSES) for
+// The dot-acceleration and pipelining decisions (the loop-plans section and the printer's dot lines, decisions()) for
 // a user-written K loop on sm_90a: both loads go to shared memory by TMA (one thread issues
 // them, an mbarrier per stage), two iterations ahead, in the tiles wgmma reads (A K-major,
 // B MN-major), and the dot reads them there while the next iteration's copies are issued
@@ -258,7 +263,7 @@ TEST(CudaLayout, AttentionLoopKeepsQResidentAndPipelinesKV) {
   pl::Call k = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});
-  EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text,
+  EXPECT_EQ(decisions(pallas::cuda::lower(k.state()->get_traced(), "sm_90a")),
             "loop: operand bf16[64,64] stays in shared memory (K-major)\n"
             "loop: 3 stages, 4 buffers of 16384 bytes, copies 2 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration\n"
             "  pipelined by TMA: operand B (bf16[64,64], K-major) of the dot giving f32[64,64]\n"
@@ -276,7 +281,7 @@ TEST(CudaLayout, RotatedAttentionTakesFewerStagesBeforeItsRotation) {
     pl::Call k = pl::kernels::flash_attention(1, 1, 512, d, pl::bf16, {.block_q = bq, .block_k = bk, .compiler_params = {.num_warps = warps}});
     pl::ShapeDtype s({1, 1, 512, d}, pl::bf16);
     k.trace({s, s, s});
-    std::string t = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text;
+    std::string t = decisions(pallas::cuda::lower(k.state()->get_traced(), "sm_90a"));
     size_t at = t.find("loop: ", t.find("loop: ") + 1);
     return t.substr(at, t.find('\n', at) - at) + (t.find("loop rotated") != std::string::npos ? " (rotated)" : "");
   };
@@ -296,7 +301,7 @@ TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});
   pallas::cuda::Lowered L = pallas::cuda::lower(k.state()->get_traced(), "sm_90a");
-  EXPECT_EQ(L.dots_text,
+  EXPECT_EQ(decisions(L),
             "loop: operand bf16[128,64] stays in shared memory (K-major)\n"
             "loop: 3 stages, 4 buffers of 16384 bytes, copies 2 iteration(s) ahead, the second dot's stage kept an iteration longer, no barrier per iteration\n"
             "  pipelined by TMA: operand B (bf16[64,64], K-major) of the dot giving f32[128,64]\n"
@@ -318,9 +323,9 @@ TEST(CudaLayout, AttentionWarpgroupsTakeTurns) {
   // off for one warpgroup, and unless requested
   pl::Call one = pl::kernels::flash_attention(1, 1, 256, 64, pl::bf16, {.block_q = 64, .block_k = 64});
   one.trace({s, s, s});
-  EXPECT_EQ(pallas::cuda::lower(one.state()->get_traced(), "sm_90a").dots_text.find("take turns"), std::string::npos);
+  EXPECT_EQ(decisions(pallas::cuda::lower(one.state()->get_traced(), "sm_90a")).find("take turns"), std::string::npos);
   unsetenv("PALLAS_PINGPONG");
-  std::string off = pallas::cuda::lower(k.state()->get_traced(), "sm_90a").dots_text;
+  std::string off = decisions(pallas::cuda::lower(k.state()->get_traced(), "sm_90a"));
   EXPECT_EQ(off.find("take turns"), std::string::npos);
 }
 
@@ -358,7 +363,7 @@ TEST(CudaLayout, GeneratedCodePointsToTheKernelSource) {
   EXPECT_NE(pallas::cuda::explain_nvrtc_error("lines.cu(3): error: x\n", src, "lines.cu").find(">> 3: "), std::string::npos);
 }
 
-// The value-layout pass on the same loop (NAME.values.txt): S = Q K^T stays in its fragments,
+// The value-layout pass on the same loop (the value-layouts section): S = Q K^T stays in its fragments,
 // the softmax runs on them, the row statistics (m, l, and alpha) are held per fragment row —
 // in the loop and as carries — and the output is divided by l in fragments before the store.
 // With 8 warps and 128 query rows, two warpgroups take a 64-row tile each.
@@ -367,7 +372,7 @@ TEST(CudaLayout, AttentionValuesStayInFragments) {
   pl::ShapeDtype s({1, 1, 256, 64}, pl::bf16);
   k.trace({s, s, s});
   const std::string mma = "mma [128, 64] (2 tile(s) of 64 x 64 over 2 warpgroup(s))", rows = "rows [128] (2 tile(s) of 64 rows over 2 warpgroup(s))";
-  EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").values_text,
+  EXPECT_EQ(pallas::cuda::lower(k.state()->get_traced(), "sm_90a").section("value-layouts"),
             "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
             "  broadcast_in_dim f32[128]: " + rows + "\n"
             "  broadcast_in_dim f32[128]: " + rows + "\n"
@@ -399,7 +404,7 @@ TEST(CudaLayout, AttentionValuesStayInFragments) {
             "  convert_element_type bf16[128,64]: " + mma + "\n");
   // sm_80: mma.sync tiles of 16 x 32 split the 64 columns over two warps: the dots' results are
   // fragments, their row statistics blocked
-  std::string sm80 = pallas::cuda::lower(k.state()->get_traced(), "sm_80").values_text;
+  std::string sm80 = pallas::cuda::lower(k.state()->get_traced(), "sm_80").section("value-layouts");
   EXPECT_NE(sm80.find("    dot f32[128,64]: mma [128, 64] (16 tile(s) of 16 x 32 over 8 warp(s))\n"), std::string::npos) << sm80;
   EXPECT_EQ(sm80.find("rows ["), std::string::npos) << sm80;
 }
@@ -426,7 +431,7 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
       {pl::ShapeDtype({M, N}, pl::f32), pl::ShapeDtype({M}, pl::f32), pl::ShapeDtype({N}, pl::f32)});
   causal.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, N}, pl::bf16)});
   const std::string mma = "mma [64, 64] (1 tile(s) of 64 x 64 over 1 warpgroup(s))";
-  EXPECT_EQ(pallas::cuda::lower(causal.state()->get_traced(), "sm_90a").values_text,
+  EXPECT_EQ(pallas::cuda::lower(causal.state()->get_traced(), "sm_90a").section("value-layouts"),
             "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
             "  dot f32[64,64]: " + mma + "\n"
             "  iota i32[64,64]: " + mma + "\n"
@@ -443,7 +448,7 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
       },
       pl::ShapeDtype({M, M}, pl::f32));
   carry.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, M}, pl::bf16)});
-  EXPECT_EQ(pallas::cuda::lower(carry.state()->get_traced(), "sm_90a").values_text,
+  EXPECT_EQ(pallas::cuda::lower(carry.state()->get_traced(), "sm_90a").section("value-layouts"),
             "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
             "  dot f32[64,64]: " + mma + "\n"
             "  fori_loop:\n"
@@ -458,7 +463,7 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
       },
       pl::ShapeDtype({M, N}, pl::f32));
   epilogue.trace({pl::ShapeDtype({M, K}, pl::bf16), pl::ShapeDtype({K, N}, pl::bf16), pl::ShapeDtype({1, N}, pl::bf16), pl::ShapeDtype({M, 1}, pl::f32)});
-  EXPECT_EQ(pallas::cuda::lower(epilogue.state()->get_traced(), "sm_90a").values_text,
+  EXPECT_EQ(pallas::cuda::lower(epilogue.state()->get_traced(), "sm_90a").section("value-layouts"),
             "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n"
             "  dot f32[64,64]: " + mma + "\n"
             "  broadcast_in_dim f32[64,64]: " + mma + "\n"
@@ -603,13 +608,14 @@ TEST(CudaLayout, BoundsChecksOnlyWhereABlockCanLeaveItsArray) {
   EXPECT_TRUE(has(behind, ">= (-org0_0)")) << behind;
 }
 
-// The grid pipeline's plan (NAME.grid.txt under PALLAS_DUMP_PASSES, grid_pipeline.h): which
+// The grid pipeline's plan (the grid-pipeline section, grid_pipeline.h): which
 // input blocks go to shared memory by TMA ahead of the program that reads them.
 std::string grid_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, const std::string& arch = "sm_90a", bool tensor_maps = true) {
   call.trace(args);
   pallas::cuda::Lowered L = pallas::cuda::lower(call.state()->get_traced(), arch, tensor_maps);
-  EXPECT_EQ(L.persistent, L.grid_text.find("persistent") != std::string::npos);
-  return L.grid_text;
+  std::string plan = L.section("grid-pipeline");
+  EXPECT_EQ(L.persistent, plan.find("persistent") != std::string::npos);
+  return plan;
 }
 
 TEST(CudaLayout, GridPipelinePlans) {
@@ -634,8 +640,8 @@ TEST(CudaLayout, GridPipelinePlans) {
             "grid pipeline: over the sequential axes, 2 stages of 32768 bytes, copies 1 program(s) ahead\n"
             "  input 0 f32[16384,4096]: one TMA box [256, 32] of the view [16384, 4096], 32768 bytes\n");
   // no tensor maps (AOT kernels, sm_80): nothing
-  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_90a", false), "");
-  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_80"), "");
+  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_90a", false), "none (no tensor maps: an AOT kernel)\n");
+  EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_80"), "none (no TMA on sm_80)\n");
   // a norm over 8 rows of 4096 bf16 (64 KiB blocks) on a parallel grid: persistent; the rows,
   // longer than a box's 256 elements, are viewed as 16 x 256
   auto norm = [](int64_t rows) {
@@ -656,7 +662,7 @@ TEST(CudaLayout, GridPipelinePlans) {
             "  input 0 bf16[16384,4096]: one TMA box [8, 16, 256] of the view [16384, 16, 256], 65536 bytes\n"
             "  input 1 bf16[1,4096]: one TMA box [1, 16, 256] of the view [1, 16, 256], 8192 bytes\n");
   // one row a program (8 KiB blocks): many programs fit on an SM at once; not persistent
-  EXPECT_EQ(grid_of(norm(1), norm_args), "");
+  EXPECT_EQ(grid_of(norm(1), norm_args), "none\n");
   // an input the kernel writes, or reads in a loop, stays in global memory
   auto touched = [](bool write) {
     return pl::pallas_call(
@@ -671,8 +677,8 @@ TEST(CudaLayout, GridPipelinePlans) {
          .in_specs = {pl::BlockSpec({256, 32}, [](V j, V i) { return pl::idx(i, j); })},
          .out_specs = {pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })}});
   };
-  EXPECT_EQ(grid_of(touched(true), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "");
-  EXPECT_EQ(grid_of(touched(false), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "");
+  EXPECT_EQ(grid_of(touched(true), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "none\n");
+  EXPECT_EQ(grid_of(touched(false), {pl::ShapeDtype({16384, 4096}, pl::f32)}), "none\n");
   // rows of 3 f32 (12 bytes) are not whole 16-byte units: no tensor copy
   auto narrow = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
@@ -681,7 +687,7 @@ TEST(CudaLayout, GridPipelinePlans) {
       },
       pl::ShapeDtype({1, 3}, pl::f32),
       {.grid = {8}, .in_specs = {pl::BlockSpec({16, 3}, [](V i) { return pl::idx(i, 0); })}, .out_specs = {pl::BlockSpec({1, 3}, [](V) { return pl::idx(0, 0); })}});
-  EXPECT_EQ(grid_of(narrow, {pl::ShapeDtype({128, 3}, pl::f32)}), "");
+  EXPECT_EQ(grid_of(narrow, {pl::ShapeDtype({128, 3}, pl::f32)}), "none\n");
   // a kernel whose loop feeds a dot streams its operands through the loop pipeliner; its
   // top-level block (attention's Q) is not staged (its stages would only take shared memory)
   auto attention_like = pl::pallas_call(
@@ -697,7 +703,7 @@ TEST(CudaLayout, GridPipelinePlans) {
        .in_specs = {pl::BlockSpec({256, 64}, [](V i) { return pl::idx(i, 0); }), pl::BlockSpec({256, 64}, [](V) { return pl::idx(0, 0); })},
        .out_specs = {pl::BlockSpec({256, 64}, [](V i) { return pl::idx(i, 0); })},
        .compiler_params = {.num_warps = 4}});
-  EXPECT_EQ(grid_of(attention_like, {pl::ShapeDtype({2048, 64}, pl::bf16), pl::ShapeDtype({256, 64}, pl::bf16)}), "");
+  EXPECT_EQ(grid_of(attention_like, {pl::ShapeDtype({2048, 64}, pl::bf16), pl::ShapeDtype({256, 64}, pl::bf16)}), "none\n");
 }
 
 }  // namespace

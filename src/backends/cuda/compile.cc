@@ -257,13 +257,6 @@ std::shared_ptr<const Compiled> compile_call(const core::PallasCall& call, const
   // Every kernel, the library's and the user's, takes the general lowering: none is recognised.
   c->lowered = lower(call, target);
   const Lowered& L = c->lowered;
-  // PALLAS_DUMP_PASSES=dir: each pass's plan of each kernel, one file per pass.
-  if (const char* passes = std::getenv("PALLAS_DUMP_PASSES"); passes && *passes) {
-    const std::pair<const char*, const std::string*> plans[] = {
-        {".layout.txt", &L.layout_text}, {".values.txt", &L.values_text}, {".dots.txt", &L.dots_text}, {".grid.txt", &L.grid_text}};
-    for (auto [suffix, text] : plans)
-      if (!text->empty()) write_dump(std::string(passes) + "/" + L.name + suffix, *text);
-  }
   const char* dump_env = std::getenv("PALLAS_DUMP_DIR");
   std::string dump_dir = dump_env ? dump_env : call.debug ? core::private_cache_dir("dump") : "";
   CompiledCubin b = cubin_for(L, target, call.what, dump_dir);

@@ -1,5 +1,6 @@
 // Block pipelining over a CUDA block's programs (grid_pipeline.h).
 #include "src/backends/cuda/grid_pipeline.h"
+#include "src/backends/cuda/plan/passes.h"
 
 #include <algorithm>
 
@@ -177,6 +178,26 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
   E.line("}");
   --E.depth;
   E.line("}");
+}
+
+}  // namespace pallas::cuda
+
+namespace pallas::cuda {
+
+// The grid-pipeline pass: its stages go above scratch and resident outputs.
+void plan_grid_pipeline_pass(const core::PallasCall& call, KernelPlan& P) {
+  std::optional<GridPipeline>& gp = P.grid.pipeline;
+  gp = plan_grid_pipeline(call, P.tma && P.grid_pipeline_allowed, P.smem.top());
+  if (gp) P.smem.regions.push_back({"grid pipeline: " + std::to_string(gp->stages) + " stages and their mbarriers", gp->base, gp->end - gp->base});
+  const Target& t = P.target;
+  std::string no_tma = !P.wgmma ? "no TMA on " + (t.arch.empty() ? std::string("this target") : t.arch)
+                       : !t.tensor_maps ? "no tensor maps: an AOT kernel"
+                       : !t.aligned     ? "an array is not 16-byte aligned"
+                                        : "PALLAS_NO_TMA";
+  P.sections.push_back({"grid-pipeline", gp                         ? gp->text
+                                         : !P.tma                   ? "none (" + no_tma + ")\n"
+                                         : !P.grid_pipeline_allowed ? "none (the kernel did not fit with its stages)\n"
+                                                                    : "none\n"});
 }
 
 }  // namespace pallas::cuda

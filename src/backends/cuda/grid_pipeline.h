@@ -29,25 +29,6 @@
 
 namespace pallas::cuda {
 
-struct GridPipelinedInput {
-  size_t input = 0;          // among the call's block inputs (gm.inputs)
-  TensorMapSpec map;         // the array as a view whose box is the whole block
-  std::vector<int64_t> split;  // per array dim: f when it is split into (n, f) in the view, else 0
-  size_t offset = 0;         // within a stage
-  size_t bytes = 0;          // the dense block
-};
-
-struct GridPipeline {
-  std::vector<GridPipelinedInput> inputs;
-  int stages = 0;
-  bool persistent = false;  // a loop over parallel programs (else over the sequential axes)
-  size_t base = 0;          // dynamic shared memory offset of stage 0
-  size_t stage_bytes = 0;
-  size_t bars = 0;          // offset of the stages' mbarriers
-  size_t end = 0;           // first byte after them
-  std::string text;         // the plan (PALLAS_DUMP_PASSES: NAME.grid.txt)
-};
-
 // The plan for `call` with shared memory free from `smem_base`; nullopt when nothing is
 // pipelined. `tma`: tensor copies are allowed (sm_90a JIT).
 std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base);

@@ -1,4 +1,5 @@
 #include "src/backends/cuda/layout.h"
+#include "src/backends/cuda/plan/passes.h"
 
 #include "src/backends/cuda/lower.h"  // row_major_strides
 
@@ -226,6 +227,15 @@ LayoutPlan plan_layout(const core::PallasCall& call, int threads, bool aligned, 
   plan.divisor = P.divisor;
   plan.text = t;
   return plan;
+}
+
+}  // namespace pallas::cuda
+
+namespace pallas::cuda {
+
+void plan_blocked_layout(const core::PallasCall& call, KernelPlan& P) {
+  P.layout = plan_layout(call, P.threads, P.target.aligned, P.target.vector_width);
+  P.sections.push_back({"blocked-layout", P.layout.text});
 }
 
 }  // namespace pallas::cuda

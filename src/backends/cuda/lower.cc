@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "src/backends/cuda/grid_pipeline.h"
+#include "src/backends/cuda/plan/passes.h"
 #include "src/backends/cuda/rules.h"
 #include "src/backends/cuda/device/device_sources.inc"
 #include "src/ir/dependence.h"
@@ -198,7 +199,7 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
     for (size_t i = 0; i < e.in.size() && e.prim->id != ir::PrimId::fori_loop; ++i) {
       auto* v = std::get_if<ir::Var>(&e.in[i]);
       if (!v || v->aval.is_ref || scalar_like(v->aval)) continue;
-      ValueLayout want = operand_layout(*this, e, i, of), have = layout_of(*v);
+      ValueLayout want = operand_layout(plan, e, i, of), have = layout_of(*v);
       if (want == have) continue;
       std::string n = as_layout(*v, want, /*reuse=*/true);
       saved.push_back({v->id, {names.at(v->id), have}});
@@ -236,12 +237,6 @@ std::string Emitter::tensor_map(const TensorMapSpec& m) {
 }
 
 namespace {
-
-std::string sanitize(const std::string& s) {
-  std::string r;
-  for (char c : s) r += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
-  return r.substr(0, 40);
-}
 
 // The range [lo, hi] of each block index an index map returns over a static grid (program id
 // g in [0, grid[g] - 1]), where the map is adds, subtracts, multiplies, min and max of program
@@ -295,43 +290,23 @@ std::vector<Range> block_index_ranges(const ir::Jaxpr& im, const std::vector<int
 namespace {
 constexpr size_t kSm90SharedLimit = 232448;  // dynamic shared memory a CUDA block may take on sm_90
 
-Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline) {
-  const std::string& arch = target.arch;
+// Prints the kernel the plan describes: the parameters, the program loop, the block views, the
+// body (the rules, emit_eqns), as one CUDA C++ translation unit.
+Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   const core::GridMapping& gm = call.grid;
-  int warps = call.compiler_params.num_warps > 0 ? call.compiler_params.num_warps : 4;
   Lowered L;
-  L.threads = warps * 32;
-  char hb[32];
-  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(call.hash()));
-  L.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
-  Emitter E(L.threads, call.what);
-  E.wgmma = arch == "sm_90a";
-  E.target = target;
-  E.tma = E.wgmma && target.tensor_maps && target.aligned && !target.no_tma;
-  E.num_stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
-  E.checks_enabled = call.debug;
-  // The passes before emission: layouts and vector accesses (layout.h).
-  LayoutPlan layout = plan_layout(call, L.threads, target.aligned, target.vector_width);
-  E.vec = layout.vec;
-  E.layout = &layout;
-  L.layout_text = layout.text;
-  // Then every value's layout: blocked, or a tensor-core dot's fragments (value_layout.h).
-  ValueLayouts values = assign_value_layouts(E, *call.kernel);
-  E.value_layouts = values.of;
-  L.values_text = values.text;
+  L.threads = plan.threads;
+  L.name = plan.name;
+  L.plan_text = plan.text();
+  Emitter E(plan, call.what);
   std::unordered_map<const ir::Eqn*, std::string> eqn_text = ir::eqn_lines(*call.kernel);
   E.eqn_text = &eqn_text;
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;
-  // Scratch in shared memory, then the exchange region.
-  size_t soff = 0;
-  std::vector<size_t> scratch_off;
-  for (auto& s : gm.scratch) {
-    scratch_off.push_back(soff);
-    soff = (soff + static_cast<size_t>(shape_size(s.shape)) * itemsize(s.dtype) + 15) & ~size_t{15};
-  }
-  E.xoff = soff;
+  const std::vector<bool>& resident = plan.grid.resident;
+  const std::optional<GridPipeline>& gp = plan.grid.pipeline;
+  E.xoff = plan.smem.body;  // the exchange region, and the loops' buffers, start there
 
   // Parameters.
   std::string params;
@@ -366,8 +341,6 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
       rest = "(" + rest + " / " + G[d] + ")";
     }
   };
-  std::optional<GridPipeline> gp;
-  if (!gm.any_sequential()) gp = plan_grid_pipeline(call, E.tma && grid_pipeline, soff);
   if (!gp || !gp->persistent) {
     E.line("const long long blin = blockIdx.x + (long long)blockIdx.y * gridDim.x;");
     E.line("if (blin >= " + num_parallel + ") return;");
@@ -439,15 +412,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
       r.lim.push_back(above ? "" : "(" + std::to_string(as[d]) + "ll - " + org + ")");
       r.low.push_back(below ? "" : "(-" + org + ")");
     }
-    if (a >= np + nin) {  // an output: may programs on parallel axes share its blocks?
-      size_t rank_g = gm.grid.size();
-      r.shared_by_parallel_programs = bm.index_map_reads(std::vector<bool>(rank_g, false), /*prefetch=*/true);
-      if (!r.shared_by_parallel_programs) {  // a declared-parallel axis along which its blocks repeat
-        std::vector<bool> revisits = core::revisit_axes(gm, bm);
-        for (size_t g = 0; g < rank_g; ++g)
-          if (!gm.sequential(g) && gm.grid[g] != 1 && revisits[g]) r.shared_by_parallel_programs = true;
-      }
-    }
+    if (a >= np + nin) r.shared_by_parallel_programs = shared_by_parallel_programs(gm, bm);  // an output
     E.refs[v.id] = r;
   };
   // Origins are declared before the index-map scope that assigns them.
@@ -457,42 +422,23 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
     for (size_t d = 0; d < bm.array.shape.size(); ++d) decl += ", org" + std::to_string(np + a) + "_" + std::to_string(d);
     E.line(decl + ";");
   };
-  // Outputs revisited along the sequential axes whose block stays put there (the index map
-  // reads only parallel axes) live in shared memory for the whole loop: copied in once, each
-  // program of the loop reads and writes it there, copied out once — instead of a round trip
-  // through global memory per program.
-  std::vector<bool> resident(nout, false);
+  // Outputs kept in shared memory over the sequential loop (the resident-outputs pass): their
+  // views point there; the copies in and out go through their views of the array.
   std::vector<RefInfo> resident_global(nout);
-  if (gm.any_sequential()) {
-    size_t budget = 48 * 1024;
-    for (size_t o = 0; o < nout; ++o) {
-      const core::BlockMapping& bm = gm.outputs[o];
-      std::vector<bool> seq(gm.grid.size(), false);
-      for (size_t d = 0; d < gm.grid.size(); ++d) seq[d] = gm.sequential(d);
-      bool still = !bm.index_map_reads(seq, /*prefetch=*/true);
-      size_t bytes = static_cast<size_t>(shape_size(bm.block_shape)) * itemsize(bm.array.dtype);
-      if (!still || soff + bytes > budget) continue;
-      std::vector<std::string> saved = pid;
-      for (size_t d = 0; d < gm.grid.size(); ++d)
-        if (gm.sequential(d)) pid[d] = "0";  // not read by this index map
-      declare_origins(nin + o);
-      const ir::Var& v = k.invars[np + nin + o];
-      block_ref(v, bm, np + nin + o);
-      pid = saved;
-      RefInfo& r = E.refs[v.id];
-      if (r.shared_by_parallel_programs) continue;  // its accumulation must stay atomic in global memory
-      resident[o] = true;
-      resident_global[o] = r;
-      r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(soff) + "))";
-      r.strides = row_major_strides(r.shape);
-      soff = (soff + bytes + 15) & ~size_t{15};
-    }
-    E.xoff = soff;
-    gp = plan_grid_pipeline(call, E.tma && grid_pipeline, soff);
-  }
-  if (gp) {
-    E.xoff = gp->end;
-    L.grid_text = gp->text;
+  for (size_t o = 0; o < nout; ++o) {
+    if (!resident[o]) continue;
+    const core::BlockMapping& bm = gm.outputs[o];
+    std::vector<std::string> saved = pid;
+    for (size_t d = 0; d < gm.grid.size(); ++d)
+      if (gm.sequential(d)) pid[d] = "0";  // not read by this index map
+    declare_origins(nin + o);
+    const ir::Var& v = k.invars[np + nin + o];
+    block_ref(v, bm, np + nin + o);
+    pid = saved;
+    RefInfo& r = E.refs[v.id];
+    resident_global[o] = r;
+    r.base = "((" + ctype(r.dtype) + "*)(smem + " + std::to_string(plan.smem.resident[o]) + "))";
+    r.strides = row_major_strides(r.shape);
   }
   // Copies between a resident output's block in shared memory and its array (elements inside
   // the array only; the others read poison in shared memory, as the interpreter's padding).
@@ -601,7 +547,7 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
     RefInfo r;
     const ShapeDtype& sd = gm.scratch[s];
     r.dtype = sd.dtype;
-    r.base = "((" + ctype(sd.dtype) + "*)(smem + " + std::to_string(scratch_off[s]) + "))";
+    r.base = "((" + ctype(sd.dtype) + "*)(smem + " + std::to_string(plan.smem.scratch[s]) + "))";
     r.shape = sd.shape;
     r.strides = row_major_strides(sd.shape);
     r.lim.assign(sd.shape.size(), "");
@@ -650,16 +596,36 @@ Lowered lower_kernel(const core::PallasCall& call, const Target& target, bool gr
 
 }  // namespace
 
+std::string Lowered::section(const std::string& pass) const {
+  const std::string head = "== " + pass + "\n";
+  size_t at = plan_text.rfind(head);
+  if (at == std::string::npos) return "";
+  at += head.size();
+  size_t end = plan_text.find("\n== ", at - 1);
+  return plan_text.substr(at, end == std::string::npos ? std::string::npos : end + 1 - at);
+}
+
 Lowered lower(const core::PallasCall& call, const std::string& arch, bool tensor_maps, bool aligned) {
   return lower(call, target_from_env(call.what, arch, tensor_maps, aligned));
 }
 
 Lowered lower(const core::PallasCall& call, const Target& target) {
-  Lowered L = lower_kernel(call, target, /*grid_pipeline=*/true);
+  const std::string dump = dump_passes_dir();
+  const int printed = static_cast<int>(plan_passes().size()) + 1;
+  auto plan_and_print = [&](bool grid_pipeline) {
+    KernelPlan plan = plan_kernel(call, target, grid_pipeline);
+    Lowered L = print_kernel(call, plan);
+    if (!dump.empty()) {
+      write_pass_dump(dump, L.name, printed, "print", ".cu", L.source);
+      if (!L.dots_text.empty()) write_pass_dump(dump, L.name, printed, "print", ".txt", L.dots_text);
+    }
+    return L;
+  };
+  Lowered L = plan_and_print(/*grid_pipeline=*/true);
   // The grid pipeline plans its stages before the body takes its own shared memory; a kernel
-  // that then no longer fits is lowered without it (it fitted before the stages were added,
-  // or fails with the same error as without them).
-  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = lower_kernel(call, target, /*grid_pipeline=*/false);
+  // that then no longer fits is planned and printed without it (it fitted before the stages
+  // were added, or fails with the same error as without them).
+  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = plan_and_print(/*grid_pipeline=*/false);
   return L;
 }
 

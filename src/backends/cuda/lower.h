@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "src/backends/cuda/layout.h"
+#include "src/backends/cuda/plan/kernel_plan.h"
 #include "src/backends/cuda/target.h"
 #include "src/backends/cuda/value_layout.h"
 #include "src/core/pallas_call.h"
@@ -55,20 +55,6 @@ struct PrintSite {
   int64_t slots() const;  // record size, header included
 };
 
-// A TMA tensor map the kernel takes as a parameter (tm<i>, after the others): the runner
-// encodes it at each launch over the array parameter p<param> (its pointer), with zero fill
-// outside the array.
-struct TensorMapSpec {
-  int param = 0;
-  DType dtype = DType::BF16;
-  Shape array_shape;  // row-major, outermost first (a view of the array: the same bytes)
-  Shape box;          // per array dim, outermost first
-  // The 128-byte swizzle of wgmma operand tiles (the box's innermost dim is then 128 bytes);
-  // else the box lands dense and row-major (grid_pipeline.h).
-  bool swizzle = true;
-  bool operator==(const TensorMapSpec&) const = default;
-};
-
 struct Lowered {
   std::string name;    // kernel symbol
   std::string source;  // complete CUDA C++ translation unit
@@ -77,11 +63,12 @@ struct Lowered {
   bool has_check = false;
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
-  std::string layout_text;  // the layout pass's plan (PALLAS_DUMP_PASSES, golden tests)
-  std::string values_text;  // the value-layout pass's decisions (PALLAS_DUMP_PASSES)
-  std::string dots_text;    // the dot-acceleration and pipelining decisions (PALLAS_DUMP_PASSES)
+  std::string plan_text;  // the plan (KernelPlan::text(): one section per pass)
+  std::string section(const std::string& pass) const;  // one pass's section of it ("" if absent)
+  // Decisions still taken while printing (dots' operand places, loop pipelines, rotation):
+  // the last section of PALLAS_DUMP_PASSES's print dump, until they become passes.
+  std::string dots_text;
   std::vector<TensorMapSpec> tensor_maps;
-  std::string grid_text;    // the grid pipeline's plan (grid_pipeline.h), if any
   bool grid_pipelined = false;
   // Each CUDA block loops over parallel programs (blockIdx.x + i * gridDim.x): launch as many
   // as fit on the device at once, not one per program.
@@ -90,10 +77,12 @@ struct Lowered {
 
 class Emitter {
  public:
-  explicit Emitter(int threads, std::string what) : nt(threads), what(std::move(what)) {}
-  int nt;
-  int vec = 1;                        // V, from the layout pass
-  const LayoutPlan* layout = nullptr;  // the layout pass's decisions
+  // Prints the kernel `plan` describes; `what` names it in errors.
+  Emitter(const KernelPlan& plan, std::string what)
+      : plan(plan), nt(plan.threads), vec(plan.layout.vec), what(std::move(what)), value_layouts(plan.values) {}
+  const KernelPlan& plan;  // every decision the passes made (passes.h)
+  const int nt;            // threads, plan.threads
+  const int vec;           // V, the blocked layout's run length (plan.layout.vec)
   int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
   std::ostringstream body;
@@ -144,16 +133,11 @@ class Emitter {
   // The jaxprs whose eqns are being emitted, innermost last (a rule may look at the users of
   // its result in the same scope).
   std::vector<const ir::Jaxpr*> scopes;
-  int num_stages = 3;   // compiler_params.num_stages (0: 3, as Triton)
-  std::string dots_text;  // the dot and pipeline decisions (PALLAS_DUMP_PASSES: NAME.dots.txt)
+  std::string dots_text;  // decisions taken while printing (Lowered::dots_text)
   // The kernel's eqns as the jaxpr printer writes them: each one's code starts with it as a
   // comment, so a line of the generated .cu (an NVRTC error, a profiler's source view) leads
   // to the op in the kernel's IR (PallasCall::debug prints it, with the call's source line).
   const std::unordered_map<const ir::Eqn*, std::string>* eqn_text = nullptr;
-  bool checks_enabled = false;  // pl::check outside checkify is on only with debug = true
-  bool wgmma = false;           // the target has wgmma (sm_90a): dots of 64+ rows use it
-  bool tma = false;             // the loop pipeliner may copy blocks with TMA (sm_90a, not for AOT)
-  Target target;                // what the kernel is compiled for, with the switches the passes read
   std::vector<TensorMapSpec> tensor_maps;  // the kernel's TMA maps so far
   // The C name of the kernel's tensor-map parameter for `m` (one per distinct map).
   std::string tensor_map(const TensorMapSpec& m);
@@ -168,8 +152,8 @@ class Emitter {
   std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
   std::string lit(const ir::Literal& l) const;
   void declare(const ir::Var& v);  // fresh C variable for v, in its layout
-  // Value layouts (value_layout.h), from the value-layout pass: IR var -> layout; absent
-  // (and every scalar) = blocked.
+  // Value layouts (value_layout.h): the value-layouts pass's (plan.values), and while a rule
+  // runs, the layout emit_eqns converted an operand to. Absent (and every scalar) = blocked.
   std::unordered_map<int64_t, ValueLayout> value_layouts;
   ValueLayout layout_of(const ir::Atom& a) const;
   int64_t slots(const ir::Var& v) const;  // the C array's length
@@ -228,7 +212,8 @@ void emit_atomic_add(Emitter& E, DType t, const std::string& addr, const std::st
 using LowerRule = std::function<void(Emitter&, const ir::Eqn&)>;
 ir::RuleTable<LowerRule>& lowering_rules();
 
-// Whole call -> translation unit for `arch` (e.g. "sm_90a"; "" = any sm_80+ GPU).
+// Whole call -> translation unit for `arch`: the passes plan it (plan/passes.h), then
+// print_kernel writes it. (e.g. "sm_90a"; "" = any sm_80+ GPU).
 // tensor_maps: the loop pipeliner may copy with TMA (sm_90a), the kernel then takes tensor maps
 // the launcher encodes (not for AOT kernels, whose launch functions pass arrays only).
 // aligned: the arrays start at 16-byte boundaries (cudaMalloc's and pl::Array's do; a caller's

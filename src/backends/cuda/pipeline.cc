@@ -97,11 +97,11 @@ SwizzledTile staging_tile(const PipelinedLoad& l) {
 // load reads a 2-D window [rows, cols] of an input's block with unit strides, the columns
 // along the array's contiguous last dimension in whole 128-byte boxes, the rows along another
 // dimension (at most 256 of them), the others indexed by integers or squeezed.
-bool plan_tma(const Emitter& E, PipelinedLoad& l) {
+bool plan_tma(const KernelPlan& P, PipelinedLoad& l) {
   const ir::Eqn& load = *l.load;
-  auto it = E.refs.find(std::get<ir::Var>(load.in[0]).id);
-  if (!E.tma || it == E.refs.end() || it->second.param < 0) return false;
-  const RefInfo& r = it->second;
+  auto it = P.refs.find(std::get<ir::Var>(load.in[0]).id);
+  if (!P.tma || it == P.refs.end() || it->second.param < 0) return false;
+  const RefPlan& r = it->second;
   DType t = load.out[0].aval.dtype;
   const Shape& s = load.out[0].aval.shape;
   int64_t item = static_cast<int64_t>(itemsize(t)), per_box = 128 / item;
@@ -212,9 +212,10 @@ int count_dots(const ir::Jaxpr& j) {
   return n;
 }
 
-LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry, const ir::Eqn* read_next_iteration) {
+LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry, const std::vector<const ir::Eqn*>& fragment_dots,
+                           const ir::Eqn* read_next_iteration) {
   LoopPipeline p;
-  if (!E.wgmma || E.num_stages < 2 || has_effects(body)) return p;
+  if (!P.wgmma || P.stages < 2 || has_effects(body)) return p;
   BodyUses bu(body);
   auto& def = bu.def;
   auto& uses = bu.uses;
@@ -228,11 +229,11 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       const ir::Eqn& load = *d->second;
       PipelinedLoad l;
       int64_t kpad = 0;
-      auto tile = wgmma_operand_tile(E, dot, i, &l.rows_are_mn, &kpad);
+      auto tile = wgmma_operand_tile(P, dot, i, &l.rows_are_mn, &kpad);
       // no K padding to zero; copies straight into the tile need the layout's runs along its
       // contiguous dimension, except f32 ones, which may transpose word by word (or be staged)
       if (!tile || kpad != 0) continue;
-      bool straight = l.rows_are_mn == tile->k_major, vectorised = async_loadable(E, load);
+      bool straight = l.rows_are_mn == tile->k_major, vectorised = async_loadable(P, load);
       using Landing = PipelinedLoad::Landing;
       const Shape& ls = load.out[0].aval.shape;
       if (load.out[0].aval.dtype != DType::F32) {
@@ -263,7 +264,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
       auto align = [](size_t b) { return (b + 1023) & ~size_t{1023}; };
       if (l.landing == Landing::Transposed) {  // by TMA if it takes the load as it is laid out
         l.landing = Landing::TmaStaged;
-        if (!plan_tma(E, l)) {
+        if (!plan_tma(P, l)) {
           if (load.out[0].aval.dtype != DType::F32) continue;  // 8-bit: no word-by-word copy
           l.landing = Landing::Transposed;
         }
@@ -274,7 +275,7 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
         p.stage_bytes += align(staging) + align(tile->bytes);
       } else {
         p.stage_bytes += align(l.staged() ? staging : tile->bytes);
-        l.tma = (l.landing == Landing::Straight || l.landing == Landing::InPlace) && plan_tma(E, l);
+        l.tma = (l.landing == Landing::Straight || l.landing == Landing::InPlace) && plan_tma(P, l);
       }
       if (l.tma)
         p.tma_bytes += static_cast<size_t>(load.out[0].aval.size()) * itemsize(load.out[0].aval.dtype);
@@ -293,7 +294,8 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   // reads its registers until the loop ends)
   // (not with staged operands: their one tile is rewritten every iteration)
   const ir::Eqn* async_dot = nullptr;
-  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && E.dot_into_fragments.count(p.loads[0].dot) &&
+  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot &&
+      std::count(fragment_dots.begin(), fragment_dots.end(), p.loads[0].dot) &&
       !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
   p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.landing == PipelinedLoad::Landing::Straight; });
@@ -309,12 +311,12 @@ LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_c
   // a dot in flight is the body's only one: never both.) A dot in flight gives up its extra
   // buffer stage by stage instead.
   if (rotated)
-    for (int s = E.num_stages; s >= 2; --s)
+    for (int s = P.stages; s >= 2; --s)
       if (fits(s + 1)) {
         p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.rotated_dot = rotated;
         return p;
       }
-  for (int s = E.num_stages; s >= 2; --s) {
+  for (int s = P.stages; s >= 2; --s) {
     if (async_dot && fits(s + 1)) {
       p.stages = s, p.buffers = s + 1, p.ahead = s - 1, p.dot_in_flight = async_dot;
       return p;
@@ -340,6 +342,12 @@ static std::string landing_text(const PipelinedLoad& l) {
   return "";
 }
 
+static std::string pipeline_what(const LoopPipeline& p) {
+  return std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) + " iteration(s) ahead" +
+         (p.dot_in_flight ? ", the dot in flight across iterations" : "") + (p.rotated_dot ? ", the second dot's stage kept an iteration longer" : "") +
+         (p.barrier_free ? ", no barrier per iteration" : "");
+}
+
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
@@ -351,11 +359,7 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
   E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
-  std::string what = std::to_string(p.buffers) + " buffers of " + std::to_string(p.stage_bytes) + " bytes, copies " + std::to_string(p.ahead) +
-                     " iteration(s) ahead" + (p.dot_in_flight ? ", the dot in flight across iterations" : "") +
-                     (p.rotated_dot ? ", the second dot's stage kept an iteration longer" : "") +
-                     (p.barrier_free ? ", no barrier per iteration" : "");
-  E.line("// loop pipeline: " + what);
+  E.line("// loop pipeline: " + pipeline_what(p));
   if (p.tma_bytes) {
     p.bars = E.fresh("bars");
     E.line("u64* " + p.bars + " = (u64*)(" + p.base + " + " + std::to_string(bars_at) + ");");
@@ -378,11 +382,14 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   --E.depth;
   E.line("}");
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
-  E.dots_text += "loop: " + std::to_string(p.stages) + " stages, " + what + "\n";
+}
+
+std::string pipeline_text(const LoopPipeline& p) {
+  std::string t = "loop: " + std::to_string(p.stages) + " stages, " + pipeline_what(p) + "\n";
   for (const PipelinedLoad& l : p.loads)
-    E.dots_text += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + landing_text(l) + ": operand " +
-                   (l.operand == 0 ? "A" : "B") + " (" + l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") +
-                   ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+    t += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + landing_text(l) + ": operand " + (l.operand == 0 ? "A" : "B") + " (" +
+         l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+  return t;
 }
 
 // The C address `off` bytes into the stage buffer iteration `it` uses.
@@ -610,7 +617,7 @@ void end_pipeline(Emitter& E, const LoopPipeline& p) {
   E.operand_tiles_fenced = p.saved_fenced;
   if (p.dot_in_flight) {
     E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-    const ValueLayout L = *dot_result_layout(E, *p.dot_in_flight);
+    const ValueLayout L = *E.plan.dot(*p.dot_in_flight).result;
     fence_fragments(E, E.dot_into_fragments.at(p.dot_in_flight), L.slots(), p.dot_in_flight->out[0].aval.dtype != DType::I32);
     E.wgmma_in_flight = nullptr;
   }
@@ -625,9 +632,9 @@ void end_pipeline(Emitter& E, const LoopPipeline& p) {
   E.xoff = p.saved_xoff;
 }
 
-ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body, size_t num_carry) {
+ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry) {
   ResidentOperands r;
-  if (!E.wgmma) return r;
+  if (!P.wgmma) return r;
   BodyUses bu(body);
   for (const ir::Eqn& dot : body.eqns) {
     if (dot.prim->id != PrimId::dot) continue;
@@ -640,7 +647,7 @@ ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body,
       if (!inv || inv->aval.is_ref) continue;
       ResidentOperand o;
       int64_t kpad = 0;
-      auto tile = wgmma_operand_tile(E, dot, i, &o.rows_are_mn, &kpad);
+      auto tile = wgmma_operand_tile(P, dot, i, &o.rows_are_mn, &kpad);
       if (!tile || kpad != 0) continue;  // the dot's own path zeroes K padding; not done here yet
       o.var = inv, o.tile = *tile, o.dtype = inv->aval.dtype;
       r.ops.push_back(o);
@@ -662,7 +669,6 @@ void begin_resident_operands(Emitter& E, ResidentOperands& r) {
     std::string at = "(" + base + " + " + std::to_string(end) + ")";
     put_swizzled(E, *o.var, at, o.tile, o.rows_are_mn, o.dtype);
     E.smem_operands[o.var->id] = at;
-    E.dots_text += "loop: operand " + o.var->aval.str() + " stays in shared memory (" + (o.tile.k_major ? "K-major" : "MN-major") + ")\n";
     end = (end + o.tile.bytes + 1023) & ~size_t{1023};
   }
   E.line("fence_proxy_async();");

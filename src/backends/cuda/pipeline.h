@@ -105,7 +105,11 @@ int count_dots(const ir::Jaxpr& j);
 // iteration after theirs (a rotated loop's second dot, rotation.h): their stage is refilled
 // one iteration later, so the loop takes one more buffer (none, and no rotation, if it does
 // not fit).
-LoopPipeline plan_pipeline(const Emitter& E, const ir::Jaxpr& body, size_t num_carry, const ir::Eqn* read_next_iteration = nullptr);
+// `fragment_dots`: the body's dots that accumulate into fragment carries (plan_fragment_carry).
+LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry, const std::vector<const ir::Eqn*>& fragment_dots,
+                           const ir::Eqn* read_next_iteration = nullptr);
+// The plan as the dump and the generated code's comment say it.
+std::string pipeline_text(const LoopPipeline& p);
 // Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi);
 // At the top of each iteration `it`: waits for iteration it's copies, then (after the barrier,
@@ -131,7 +135,7 @@ struct ResidentOperands {
   size_t saved_xoff = 0;
   bool saved_fenced = false;
 };
-ResidentOperands plan_resident_operands(const Emitter& E, const ir::Jaxpr& body, size_t num_carry);
+ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry);
 void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound
 void end_resident_operands(Emitter& E, const ResidentOperands& r);
 

@@ -4,8 +4,8 @@
 namespace pallas::cuda {
 using ir::PrimId;
 
-std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries) {
-  if (!E.wgmma || count_dots(body) != 2 || E.target.no_rotation) return std::nullopt;
+std::optional<LoopRotation> plan_rotation(const KernelPlan& P, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries) {
+  if (!P.wgmma || count_dots(body) != 2 || P.target.no_rotation) return std::nullopt;
   const FragmentCarry* fc = nullptr;
   for (const auto& c : carries)
     if (c) {
@@ -14,13 +14,13 @@ std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& bod
     }
   if (!fc) return std::nullopt;
   const ir::Eqn* second = fc->dot;
-  if (!wgmma_a_from_registers(E, *second, E.layout_of(second->in[0]))) return std::nullopt;
+  if (!wgmma_a_from_registers(P, *second, P.layout_of(second->in[0]))) return std::nullopt;
   const ir::Eqn* first = nullptr;
   for (const ir::Eqn& e : body.eqns) {
     if (&e == second) break;
     if (e.prim->id == PrimId::dot) first = &e;
   }
-  if (!first || E.layout_of(first->out[0]).kind != ValueLayout::Mma) return std::nullopt;  // its result stays in fragments
+  if (!first || P.layout_of(first->out[0]).kind != ValueLayout::Mma) return std::nullopt;  // its result stays in fragments
   LoopRotation r;
   r.first = first;
   r.second = second;
@@ -40,13 +40,13 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p) {
   return p.stages && p.rotated_dot == r.second && z && !pipelined_operand_at(p, *z, "0", "0").empty();
 }
 
-int warpgroup_turns(const Emitter& E, const LoopPipeline& p) {
-  const int groups = E.nt / 128;
+int warpgroup_turns(const KernelPlan& P, const LoopPipeline& p) {
+  const int groups = P.threads / 128;
   if (groups < 2 || groups > 15 || !p.barrier_free) return 0;
-  return E.target.pingpong ? groups : 0;  // opt-in: no consistent gain measured
+  return P.target.pingpong ? groups : 0;  // opt-in: no consistent gain measured
 }
 
-void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,
+void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, int turns, const ir::Jaxpr& body, const std::string& index_type,
                        const std::string& lo, const std::string& hi, const std::function<void()>& bind_carries,
                        const std::function<void()>& assign_carries) {
   const ir::Eqn& second = *r.second;
@@ -102,7 +102,6 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   // issuing its dots and arrives on the next one's right after, so one warpgroup's softmax
   // runs while the next one's dots hold the tensor cores. The last warpgroup opens the first
   // turn; warpgroup 0 takes the last arrival after the loop, so every barrier is balanced.
-  const int turns = warpgroup_turns(E, p);
   std::string wg;
   auto arrive_next = [&] {
     E.line("asm volatile(\"bar.arrive %0, 256;\" :: \"r\"(1 + (" + wg + " + 1) % " + std::to_string(turns) + ") : \"memory\");");
@@ -111,8 +110,6 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     wg = E.fresh("wg");
     E.line("const int " + wg + " = threadIdx.x >> 7;  // this warpgroup's turn");
     E.line("if (" + wg + " == " + std::to_string(turns - 1) + ") asm volatile(\"bar.arrive 1, 256;\" ::: \"memory\");");
-    E.dots_text += "warpgroups take turns: " + std::to_string(turns) + " issue their dots one after another (named barriers 1.." +
-                   std::to_string(turns) + ")\n";
   }
   std::string it = E.fresh("it");
   E.line("for (" + index_type + " " + it + " = " + lo + "; " + it + " < " + hi + "; ++" + it + ") {");
@@ -143,12 +140,11 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     rot.after_second = arrive_next;
   }
   E.absorbed.insert(&second);
-  E.dots_text += "loop rotated: the second dot of each iteration is issued after the first dot of the next\n";
   E.rotation = &rot;
   E.emit_eqns(body);
   E.rotation = nullptr;
   E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-  fence_fragments(E, r.frag, dot_result_layout(E, second)->slots(), true, /*arithmetic_users=*/true);
+  fence_fragments(E, r.frag, E.plan.dot(second).result->slots(), true, /*arithmetic_users=*/true);
   end_iteration();
   --E.depth;
   E.line("}");

@@ -39,7 +39,7 @@ struct LoopRotation {
 // The body's two dots when the loop can be rotated (before the pipeline is planned; the
 // rotation also needs the second dot's B operand pipelined with its stage kept an iteration
 // longer, which `rotation_ready` checks after). PALLAS_NO_ROTATION=1: never, to measure it.
-std::optional<LoopRotation> plan_rotation(const Emitter& E, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries);
+std::optional<LoopRotation> plan_rotation(const KernelPlan& P, const ir::Jaxpr& body, const std::vector<std::optional<FragmentCarry>>& carries);
 bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 
 // How many warpgroups take turns issuing the rotated loop's dots (FA3's ping-pong): all of
@@ -48,11 +48,11 @@ bool rotation_ready(const LoopRotation& r, const LoopPipeline& p);
 // Opt-in (PALLAS_PINGPONG=1): on an H100 it ran right (the GPU tests with it, no hang) but
 // gained nothing consistent, -4% to +3% on the attention rows (docs/benchmarks.md, fourteenth
 // session).
-int warpgroup_turns(const Emitter& E, const LoopPipeline& p);
+int warpgroup_turns(const KernelPlan& P, const LoopPipeline& p);
 
 // The rotated loop over [lo, hi). `bind_carries` names the body's carry invars, `assign_carries`
 // assigns the plain (non-fragment) carries from the body's outputs at the end of an iteration.
-void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& index_type,
+void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p, int turns, const ir::Jaxpr& body, const std::string& index_type,
                        const std::string& lo, const std::string& hi, const std::function<void()>& bind_carries,
                        const std::function<void()>& assign_carries);
 

@@ -41,7 +41,7 @@ struct FragmentCarry {
   ir::Atom scale_rows;           // r: M values, one per row
   std::string frag;              // the fragments' C name
 };
-std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t carry);
+std::optional<FragmentCarry> plan_fragment_carry(const KernelPlan& P, const ir::Jaxpr& body, size_t carry);
 // Fills fc.frag (the loop output) from `init`, the initial value's C name in the carry's
 // layout (a scalar when `scalar`).
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const std::string& init, bool scalar);
@@ -49,27 +49,18 @@ void end_fragment_carry(Emitter& E, const FragmentCarry& fc);
 // acc * r[:, None] of the carry a dot accumulates into, when the body scales it (else nothing):
 // the dot's rule does it before its mma; a rotated loop does it at the top of the iteration.
 void scale_fragment_carry(Emitter& E, const ir::Eqn& dot);
-// The Mma layout of a dot's result when it takes the tensor cores (else nullopt).
-std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot);
 // After a wgmma wait: pins the accumulator registers there (no read moves above the wait).
 void fence_fragments(Emitter& E, const std::string& frag, int64_t slots, bool is_float, bool arithmetic_users = false);
 // Whether wgmma takes the dot's A from registers when A is in layout `a` (rules_dot.cc).
-bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a);
+bool wgmma_a_from_registers(const KernelPlan& P, const ir::Eqn& dot, const ValueLayout& a);
 // Such an A operand as wgmma reads it: 16-bit pairs packed into 32-bit registers, `dst`
 // (declared by the caller, packed_a_words of them) <- the dot's operand 0.
 int64_t packed_a_words(const Emitter& E, const ir::Eqn& dot);
 void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst);
 
-// The value-layout pass (value_layout.cc): every tile value's layout before emission, and the
-// dump (NAME.values.txt under PALLAS_DUMP_PASSES). Absent from the map: blocked.
-struct ValueLayouts {
-  std::unordered_map<int64_t, ValueLayout> of;
-  std::string text;
-};
-ValueLayouts assign_value_layouts(const Emitter& E, const ir::Jaxpr& kernel);
 // The layout eqn's rule takes operand i in, given the layouts of the values (`of`); emit_eqns
 // converts an operand held otherwise. Scalars are taken as they are.
-ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of);
+ValueLayout operand_layout(const KernelPlan& P, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of);
 // An operand of wgmma in shared memory with the 128-byte swizzle, as the tensor cores read it:
 // K-major (rows of MN, K contiguous: 128-byte rows of 128/item elements, column blocks of K one
 // after another) or MN-major (rows of K, MN contiguous: blocks of 64 MN columns one after
@@ -103,7 +94,7 @@ SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, in
 // The shared tile a tensor-core dot reads operand `operand` (0: A, 1: B) from, when the dot
 // takes wgmma (else nullopt); rows_are_mn: the operand's rows as the program holds it are the
 // tile's MN (else K). The loop pipeline (pipeline.cc) copies loads straight into such tiles.
-std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
+std::optional<SwizzledTile> wgmma_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
 
 // Writes a tile value into a swizzled operand tile at `base` (rows_are_mn as above; 16-byte
 // stores where the blocked layout allows).
@@ -115,7 +106,7 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // emitted) unless the access is vectorised in 4, 8 or 16-byte pieces, unmasked and without
 // index arrays (rules_memory.cc).
 bool emit_async_load(Emitter& E, const ir::Eqn& load, const std::function<std::string(const std::string&)>& dst);
-bool async_loadable(const Emitter& E, const ir::Eqn& load);  // whether emit_async_load takes it
+bool async_loadable(const KernelPlan& P, const ir::Eqn& load);  // whether emit_async_load takes it
 int access_width(const Emitter& E, const ir::Eqn& access);    // elements per piece (the layout pass's)
 // One 4-byte cp.async of element `e` (a C local the caller's loop defines, the flat element
 // of the load's tile) to byte address `dst`, zero-filled outside the array: for copies in an

@@ -1,7 +1,6 @@
 // Lowering rules for control flow (fori_loop, while, cond with tile-valued carries, inlined
 // in scopes), grid queries, debug_print and check.
-#include "src/backends/cuda/pipeline.h"
-#include "src/backends/cuda/rotation.h"
+#include "src/backends/cuda/plan/loops.h"
 #include "src/backends/cuda/rules.h"
 #include "src/core/print_format.h"
 
@@ -35,15 +34,18 @@ void assign_outs(Emitter& E, const ir::Jaxpr& j, const std::vector<ir::Var>& out
   for (size_t i = 0; i < cs.size(); ++i) copy(E, E.name(outs[cs[i]]), outs[cs[i]], tmp[i]);
 }
 
+// The loop as the loop-plans pass planned it (plan/loops.h); the copies of its plans here
+// take the printer's names (fragments, buffers).
 void fori(Emitter& E, const ir::Eqn& e) {
   const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
   size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
+  const LoopPlan& plan = E.plan.loop(e);
   // carries that only accumulate tensor-core dots live in MMA fragments (rules_dot.cc)
-  std::vector<std::optional<FragmentCarry>> frag(nc);
+  std::vector<std::optional<FragmentCarry>> frag = plan.carries;
   for (size_t c = 0; c < nc; ++c) {
     E.declare(e.out[c]);  // in the carry's layout (value_layout.cc)
     std::string init = E.as_layout(e.in[2 + c], E.layout_of(e.out[c]));
-    if ((frag[c] = plan_fragment_carry(E, body, c))) {
+    if (frag[c]) {
       frag[c]->frag = E.name(e.out[c]);
       begin_fragment_carry(E, *frag[c], init, Emitter::scalar_like(e.out[c].aval));
       continue;
@@ -53,12 +55,13 @@ void fori(Emitter& E, const ir::Eqn& e) {
   for (size_t q = 1 + nc; q < body.invars.size(); ++q) E.bind(body.invars[q], e.in[1 + q]);
   // loads that feed tensor-core dots go to shared memory stages ahead of use (pipeline.h)
   std::string lo = E.name(e.in[0]), hi = E.name(e.in[1]);
-  ResidentOperands resident = plan_resident_operands(E, body, nc);
+  ResidentOperands resident = plan.resident;
   begin_resident_operands(E, resident);
-  // a body of two dots, the second accumulating P·V-like into a fragment carry, is rotated
-  // (rotation.h): the pipeline keeps the second dot's stage an iteration longer for it
-  std::optional<LoopRotation> rot = plan_rotation(E, body, frag);
-  LoopPipeline pipe = plan_pipeline(E, body, nc, rot ? rot->second : nullptr);
+  std::optional<LoopRotation> rot = plan.rotation;
+  if (rot)
+    for (size_t c = 0; c < nc; ++c)
+      if (frag[c] && frag[c]->dot == rot->second) rot->frag = frag[c]->frag;
+  LoopPipeline pipe = plan.pipeline;
   if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
   std::string T = ctype(ir::atom_aval(e.in[0]).dtype);
   auto bind_carries = [&] {
@@ -67,8 +70,8 @@ void fori(Emitter& E, const ir::Eqn& e) {
   std::vector<size_t> plain;
   for (size_t c = 0; c < nc; ++c)
     if (!frag[c]) plain.push_back(c);
-  if (rot && rotation_ready(*rot, pipe)) {
-    emit_rotated_loop(E, *rot, pipe, body, T, lo, hi, bind_carries, [&] { assign_outs(E, body, e.out, plain); });
+  if (plan.rotated) {
+    emit_rotated_loop(E, *rot, pipe, plan.turns, body, T, lo, hi, bind_carries, [&] { assign_outs(E, body, e.out, plain); });
   } else {
     std::string i = E.fresh("it");
     E.line("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
@@ -197,7 +200,7 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
     // index in perr[1] (approximately: racing programs may interleave). Outside checkify
     // (which rewrites checks into outputs) checks are on only with debug = true, as in the
     // interpreter.
-    if (!E.checks_enabled) return;
+    if (!E.plan.checks) return;
     ir::Aval a = ir::atom_aval(e.in[0]);
     int id = static_cast<int>(E.check_messages.size());
     E.check_messages.push_back(core::check_failure_text(e.loc, e.params.get<std::string>("fmt")));

@@ -32,28 +32,6 @@ struct DotShape {
   }
 };
 
-struct MmaKind {
-  const char* instr;  // the mma.sync variant
-  int k;              // K per instruction
-  int per_reg;        // operand elements packed in one 32-bit register
-  const char* acc;    // accumulator type
-};
-
-// The tensor-core instruction for a dot of this input dtype and precision, if any.
-const MmaKind* mma_kind(DType t, bool highest) {
-  static const MmaKind bf16{"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, 2, "float"};
-  static const MmaKind f16{"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, 2, "float"};
-  static const MmaKind tf32{"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, 1, "float"};
-  static const MmaKind s8{"mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 32, 4, "i32"};
-  switch (t) {
-    case DType::BF16: return &bf16;
-    case DType::F16: return &f16;
-    case DType::F32: return highest ? nullptr : &tf32;
-    case DType::I8: return &s8;
-    default: return nullptr;
-  }
-}
-
 void dot_simt(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, bool tf32) {
   const ir::Var& o = e.out[0];
   std::string acc_t = t == DType::F64 ? "double" : is_float(t) ? "float" : (itemsize(t) <= 4 ? "i32" : "i64");
@@ -107,33 +85,11 @@ void put_operand(Emitter& E, const ir::Atom& x, const std::string& dst, int64_t 
   });
 }
 
-// How the output tiles are spread: MmaGrid (value_layout.h). Each thread keeps its fragments
-// as a flat array, slot (t * NS + s) * 4 + r (tile t of the worker, n-block s, register r),
-// so they stay in registers (every index is a compile-time constant).
-// wgmma for dots of 64 or more rows on sm_90a with whole warpgroups; mma.sync otherwise (small
-// dots waste less, and other GPUs have nothing else).
-bool use_wgmma(const Emitter& E, const DotShape& d) { return E.wgmma && E.nt % 128 == 0 && d.M >= 64; }
-
-MmaGrid mma_grid(const Emitter& E, const DotShape& d, const MmaKind& m) {
-  MmaGrid q;
-  q.wg = use_wgmma(E, d);
-  if (q.wg) {
-    q.W = E.nt / 128;
-    q.TM = (d.M + 63) / 64;
-    int64_t step = m.k == 32 ? 16 : 8;  // wgmma's n: multiples of 8 (of 16 for 8-bit inputs)
-    int64_t np = (d.N + step - 1) / step * step;
-    // Up to n256, the widest wgmma. (Two n128 tiles instead cost NVRTC and ptxas 8-17% less
-    // time on a 128x256 matmul but run 3-8% slower: docs/benchmarks.md, twelfth session.)
-    q.NS = (np <= 256 ? np : 128) / 8;
-  } else {
-    q.W = E.nt / 32;
-    q.TM = (d.M + 15) / 16;
-    q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
-  }
-  q.TN = (d.N + 8 * q.NS - 1) / (8 * q.NS);
-  q.TPW = (q.TM * q.TN + q.W - 1) / q.W;
-  return q;
-}
+// How the output tiles are spread: MmaGrid (value_layout.h), the dot-kinds pass's choice
+// (plan/dot_plans.cc). Each thread keeps its fragments as a flat array, slot (t * NS + s) * 4
+// + r (tile t of the worker, n-block s, register r), so they stay in registers (every index is
+// a compile-time constant).
+const MmaGrid& mma_grid(const Emitter& E, const ir::Eqn& e) { return E.plan.dot(e).grid; }
 
 // Declares this thread's fragments (zero when asked).
 void declare_fragments(Emitter& E, const MmaGrid& q, const MmaKind& m, const std::string& name, bool zero) {
@@ -446,10 +402,7 @@ DotShape dot_shape(const ir::Eqn& e) {
   d.K = d.ta ? a.shape[0] : a.shape[1];
   return d;
 }
-const MmaKind* mma_kind_of(const Emitter& E, const ir::Eqn& e) {
-  int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
-  return E.nt % 32 == 0 ? mma_kind(ir::atom_aval(e.in[0]).dtype, prec == 2) : nullptr;
-}
+const MmaKind* mma_kind_of(const Emitter& E, const ir::Eqn& e) { return E.plan.dot(e).mma; }
 
 void dot(Emitter& E, const ir::Eqn& e) {
   const ir::Var& o = e.out[0];
@@ -457,7 +410,7 @@ void dot(Emitter& E, const ir::Eqn& e) {
   DType t = ir::atom_aval(e.in[0]).dtype;
   const MmaKind* m = mma_kind_of(E, e);
   if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {  // a loop carry's fragments (fori)
-    MmaGrid q = mma_grid(E, d, *m);
+    MmaGrid q = mma_grid(E, e);
     // a rotated loop scales the carry at the top of the iteration, before any wgmma is in flight
     if (!(E.rotation && E.rotation->second == &e && E.rotation->carry_scaled)) scale_fragment_carry(E, e);
     mma_accumulate(E, e, d, t, *m, q, it->second);
@@ -465,7 +418,7 @@ void dot(Emitter& E, const ir::Eqn& e) {
   }
   E.declare(o);
   if (m) {
-    MmaGrid q = mma_grid(E, d, *m);
+    MmaGrid q = mma_grid(E, e);
     if (E.layout_of(o).kind == ValueLayout::Mma) {  // the result stays in its fragments (value_layout.h)
       E.line("for (int k = 0; k < " + std::to_string(E.slots(o)) + "; ++k) " + E.name(o) + "[k] = 0;");
       mma_accumulate(E, e, d, t, *m, q, E.name(o));
@@ -494,7 +447,7 @@ void scale_fragment_carry(Emitter& E, const ir::Eqn& e) {
   auto sc = E.scale_fragments_by_rows.find(&e);
   if (it == E.dot_into_fragments.end() || sc == E.scale_fragments_by_rows.end()) return;
   DotShape d = dot_shape(e);
-  MmaGrid q = mma_grid(E, d, *mma_kind_of(E, e));
+  MmaGrid q = mma_grid(E, e);
   // each thread multiplies its fragments by the r of their rows, held in its registers when r
   // is in the rows layout of these fragments, else read from shared memory
   if (E.layout_of(sc->second).rows_match(mma_layout(d, q))) {
@@ -528,12 +481,12 @@ void register_dot_rules(ir::RuleTable<LowerRule>& t) { t.set(PrimId::dot, dot); 
 int64_t packed_a_words(const Emitter& E, const ir::Eqn& dot) {
   DotShape d = dot_shape(dot);
   const MmaKind& m = *mma_kind_of(E, dot);
-  return mma_grid(E, d, m).TPW * ((d.K + m.k - 1) / m.k) * 4;
+  return mma_grid(E, dot).TPW * ((d.K + m.k - 1) / m.k) * 4;
 }
 void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst) {
   DotShape d = dot_shape(dot);
   const MmaKind& m = *mma_kind_of(E, dot);
-  MmaGrid q = mma_grid(E, d, m);
+  MmaGrid q = mma_grid(E, dot);
   int64_t steps = (d.K + m.k - 1) / m.k;
   ValueLayout a_layout = E.layout_of(dot.in[0]);
   std::string P = E.name(dot.in[0]), NA = std::to_string(a_layout.grid.NS), S = std::to_string(steps);
@@ -547,35 +500,24 @@ void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst) {
          " + 2 * ks + h / 2) * 4 + 2 * (h % 2) + 1]);");
 }
 
-std::optional<SwizzledTile> wgmma_operand_tile(const Emitter& E, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
-  const MmaKind* m = mma_kind_of(E, dot);
-  if (!m) return std::nullopt;
+std::optional<SwizzledTile> wgmma_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
+  const DotPlan& p = P.dot(dot);
+  if (p.kind != DotPlan::Kind::Wgmma) return std::nullopt;
   DotShape d = dot_shape(dot);
-  MmaGrid q = mma_grid(E, d, *m);
-  if (!q.wg) return std::nullopt;
-  WgmmaOperands ops = wgmma_operands(d, ir::atom_aval(dot.in[0]).dtype, *m, q);
+  WgmmaOperands ops = wgmma_operands(d, ir::atom_aval(dot.in[0]).dtype, *p.mma, p.grid);
   *rows_are_mn = operand == 0 ? ops.a_rows_mn : ops.b_rows_mn;
-  *k_padding = (d.K + m->k - 1) / m->k * m->k - d.K;
+  *k_padding = (d.K + p.mma->k - 1) / p.mma->k * p.mma->k - d.K;
   return operand == 0 ? ops.a : ops.b;
-}
-
-std::optional<ValueLayout> dot_result_layout(const Emitter& E, const ir::Eqn& dot) {
-  const MmaKind* m = mma_kind_of(E, dot);
-  DType acc = m && std::string(m->acc) == "float" ? DType::F32 : DType::I32;
-  if (!m || dot.out[0].aval.dtype != acc) return std::nullopt;  // another result type: converted once, blocked
-  DotShape d = dot_shape(dot);
-  return mma_layout(d, mma_grid(E, d, *m));
 }
 
 // wgmma reads A from registers in the accumulator's own register layout (16-bit inputs): the
 // value must be this dot's A untransposed, with the dot's rows on the same warpgroups (same
 // M tiling, tiles spanning all columns in both), and whole k16 steps.
-bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLayout& a) {
-  const MmaKind* m = mma_kind_of(E, dot);
-  if (!m || a.kind != ValueLayout::Mma || m->k != 16) return false;
-  DotShape d = dot_shape(dot);
-  MmaGrid q = mma_grid(E, d, *m);
-  return q.wg && a.grid.wg && !d.ta && a.M == d.M && a.N == d.K && d.K % 16 == 0 && a.grid.TN == 1 && q.TN == 1 && a.grid.W == q.W &&
+bool wgmma_a_from_registers(const KernelPlan& P, const ir::Eqn& dot, const ValueLayout& a) {
+  const DotPlan& p = P.dot(dot);
+  if (!p.mma || a.kind != ValueLayout::Mma || p.mma->k != 16) return false;
+  const MmaGrid& q = p.grid;
+  return q.wg && a.grid.wg && !p.ta && a.M == p.M && a.N == p.K && p.K % 16 == 0 && a.grid.TN == 1 && q.TN == 1 && a.grid.W == q.W &&
          a.grid.TM == q.TM;
 }
 
@@ -585,7 +527,7 @@ bool wgmma_a_from_registers(const Emitter& E, const ir::Eqn& dot, const ValueLay
 // one place where it matters most so far). Conditions: the add and the dot are in the body
 // itself, each is the other's only user of the values involved, the dot takes the tensor
 // cores and its result has the carry's dtype (f32, or i32 for i8).
-std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jaxpr& body, size_t c) {
+std::optional<FragmentCarry> plan_fragment_carry(const KernelPlan& P, const ir::Jaxpr& body, size_t c) {
   const ir::Var& in = body.invars[1 + c];
   const auto* outv = std::get_if<ir::Var>(&body.outvars[c]);
   if (!outv || in.aval.shape.size() != 2) return std::nullopt;
@@ -646,7 +588,7 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
   auto dt = def.find(other->id);
   if (dt == def.end() || dt->second->prim->id != PrimId::dot) return std::nullopt;
   const ir::Eqn& dot = *dt->second;
-  const MmaKind* m = mma_kind_of(E, dot);
+  const MmaKind* m = P.dot(dot).mma;
   if (!m) return std::nullopt;
   DType acc = std::string(m->acc) == "float" ? DType::F32 : DType::I32;
   if (dot.out[0].aval.dtype != acc || in.aval.dtype != acc || outv->aval.dtype != acc || dot.out[0].aval.shape != in.aval.shape)
@@ -658,7 +600,7 @@ std::optional<FragmentCarry> plan_fragment_carry(const Emitter& E, const ir::Jax
 // The carry's fragments are the loop output's storage (its layout is the dot's, value_layout.h);
 // `init` names the initial value in that layout (or a scalar).
 void begin_fragment_carry(Emitter& E, const FragmentCarry& fc, const std::string& init, bool scalar) {
-  E.line("for (int k = 0; k < " + std::to_string(dot_result_layout(E, *fc.dot)->slots()) + "; ++k) " + fc.frag + "[k] = " +
+  E.line("for (int k = 0; k < " + std::to_string(E.plan.dot(*fc.dot).result->slots()) + "; ++k) " + fc.frag + "[k] = " +
          (scalar ? init : init + "[k]") + ";");
   E.dot_into_fragments[fc.dot] = fc.frag;
   E.absorbed.insert(fc.add);

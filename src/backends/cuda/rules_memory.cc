@@ -132,7 +132,7 @@ std::string address(Emitter& E, const Plan& p, std::string* ok) {
 
 // The layout pass's vector width for this access (1: element by element).
 int vector_width(const Emitter& E, const ir::Eqn& e) {
-  const LayoutPlan::Access* a = E.layout ? E.layout->find(e) : nullptr;
+  const LayoutPlan::Access* a = E.plan.layout.find(e);
   return a ? a->width : 1;
 }
 
@@ -312,8 +312,9 @@ void atomic(Emitter& E, const ir::Eqn& e) {
 
 int access_width(const Emitter& E, const ir::Eqn& e) { return vector_width(E, e); }
 
-bool async_loadable(const Emitter& E, const ir::Eqn& e) {
-  int W = vector_width(E, e);
+bool async_loadable(const KernelPlan& P, const ir::Eqn& e) {
+  const LayoutPlan::Access* a = P.layout.find(e);
+  int W = a ? a->width : 1;
   int64_t bytes = W * static_cast<int64_t>(itemsize(e.out[0].aval.dtype));
   if (e.params.get_bool("has_mask") || W <= 1 || (bytes != 4 && bytes != 8 && bytes != 16)) return false;
   for (const ir::IndexDim& x : e.params.get<ir::NDIndexer>("idx").dims)
@@ -322,7 +323,7 @@ bool async_loadable(const Emitter& E, const ir::Eqn& e) {
 }
 
 bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::string(const std::string&)>& dst) {
-  if (!async_loadable(E, e)) return false;
+  if (!async_loadable(E.plan, e)) return false;
   const ir::Var& o = e.out[0];
   int W = vector_width(E, e);
   int64_t bytes = W * static_cast<int64_t>(itemsize(o.aval.dtype));

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_set>
 
+#include "src/backends/cuda/plan/passes.h"
 #include "src/backends/cuda/rules.h"
 
 namespace pallas::cuda {
@@ -36,7 +37,7 @@ std::vector<ir::JaxprPtr> control_jaxprs(const ir::Eqn& e) {
 }
 
 struct Assign {
-  const Emitter& E;
+  const KernelPlan& P;
   std::unordered_map<int64_t, ValueLayout> lay;  // decided layouts (absent: blocked)
   // Flexible values, with the Rows layout they must line up with when they broadcast one.
   std::unordered_map<int64_t, std::optional<ValueLayout>> flex;
@@ -133,7 +134,7 @@ struct Assign {
           break;
         }
         case PrimId::dot:
-          if (auto L = dot_result_layout(E, e)) set(o, *L);
+          if (const auto& L = P.dot(e).result) set(o, *L);
           break;
         default: break;
       }
@@ -163,9 +164,9 @@ struct Assign {
     std::vector<ValueLayout> carry(nc);
     std::vector<bool> fragments(nc, false);
     for (size_t c = 0; c < nc; ++c) {
-      if (auto fc = plan_fragment_carry(E, body, c)) {
+      if (auto fc = plan_fragment_carry(P, body, c)) {
         fragments[c] = true;
-        carry[c] = *dot_result_layout(E, *fc->dot);
+        carry[c] = *P.dot(*fc->dot).result;
         for (const ir::Eqn* a : {fc->add, fc->scale_mul, fc->scale_bcast})
           if (a) absorbed.insert(a);
       } else if (!is_flex(e.in[2 + c])) {
@@ -212,7 +213,7 @@ struct Assign {
         };
         for (auto& [u, i] : users[v.id]) {
           bool loop_const = u->prim->id == PrimId::fori_loop && i >= 2 + static_cast<size_t>(u->params.get_int("num_carry"));
-          want(loop_const ? ValueLayout{} : operand_layout(E, *u, i, of_fn));
+          want(loop_const ? ValueLayout{} : operand_layout(P, *u, i, of_fn));
         }
         for (size_t c = 0; c < j.outvars.size(); ++c)
           if (auto* w = std::get_if<ir::Var>(&j.outvars[c]); w && w->id == v.id) want(out_wants[c]);
@@ -263,7 +264,7 @@ struct Assign {
 
 }  // namespace
 
-ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of) {
+ValueLayout operand_layout(const KernelPlan& P, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of) {
   const ir::Atom& x = e.in[i];
   ir::Aval a = ir::atom_aval(x);
   if (a.is_ref || Emitter::scalar_like(a)) return of(x);
@@ -282,7 +283,7 @@ ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const s
     case PrimId::broadcast_in_dim:
       return mine.kind == ValueLayout::Rows && out.kind != ValueLayout::Blocked ? mine : ValueLayout{};
     case PrimId::dot:
-      return i == 0 && wgmma_a_from_registers(E, e, mine) ? mine : ValueLayout{};
+      return i == 0 && wgmma_a_from_registers(P, e, mine) ? mine : ValueLayout{};
     case PrimId::fori_loop: {
       size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
       // an initial carry: the carry's layout (the fori rule converts it); loop-invariant: as it is
@@ -293,19 +294,19 @@ ValueLayout operand_layout(const Emitter& E, const ir::Eqn& e, size_t i, const s
   }
 }
 
-ValueLayouts assign_value_layouts(const Emitter& E, const ir::Jaxpr& kernel) {
-  Assign A{E, {}, {}, {}, {}};
+void plan_value_layouts(const core::PallasCall& call, KernelPlan& P) {
+  const ir::Jaxpr& kernel = *call.kernel;
+  Assign A{P, {}, {}, {}, {}};
   A.forward(kernel);
   A.resolve(kernel, std::vector<ValueLayout>(kernel.outvars.size()));
-  ValueLayouts r;
-  r.of = std::move(A.lay);
-  if (!r.of.empty()) {
-    A.lay = r.of;
+  P.values = A.lay;
+  std::string text = "every value blocked\n";
+  if (!P.values.empty()) {
     A.text << "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n";
     A.dump(kernel, 1);
-    r.text = A.text.str();
+    text = A.text.str();
   }
-  return r;
+  P.sections.push_back({"value-layouts", text});
 }
 
 }  // namespace pallas::cuda

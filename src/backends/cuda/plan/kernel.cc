@@ -1,0 +1,44 @@
+// The first pass: what the whole kernel is — its symbol, its threads and stages, the target's
+// features the later passes may use.
+#include <cstdio>
+#include <sstream>
+
+#include "src/backends/cuda/plan/passes.h"
+
+namespace pallas::cuda {
+
+namespace {
+
+std::string sanitize(const std::string& s) {
+  std::string r;
+  for (char c : s) r += (std::isalnum(static_cast<unsigned char>(c)) ? c : '_');
+  return r.substr(0, 40);
+}
+
+}  // namespace
+
+void plan_target(const core::PallasCall& call, KernelPlan& P) {
+  const CompilerParams& cp = call.compiler_params;
+  int warps = cp.num_warps > 0 ? cp.num_warps : 4;
+  P.threads = warps * 32;
+  P.stages = cp.num_stages > 0 ? cp.num_stages : 3;
+  P.wgmma = P.target.arch == "sm_90a";
+  P.tma = P.wgmma && P.target.tensor_maps && P.target.aligned && !P.target.no_tma;
+  P.checks = call.debug;
+  // The symbol names the call and everything else that changes its code (one kernel traced for
+  // two targets or stage counts gets two names, so dumps and profiles never mix them up).
+  uint64_t h = call.hash();
+  const std::string params = "warps " + std::to_string(cp.num_warps) + " stages " + std::to_string(cp.num_stages) + (call.debug ? " debug " : " ") +
+                             P.target.text();
+  for (unsigned char c : params) h = (h ^ c) * 1099511628211ull;
+  char hb[32];
+  std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(h));
+  P.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
+  std::ostringstream t;
+  t << P.name << ": " << P.threads << " threads (" << warps << " warps), " << P.stages << " stages, target " << P.target.text()
+    << (P.wgmma ? ", wgmma" : "") << (P.tma ? ", tma" : "") << (P.checks ? ", checks" : "") << (P.grid_pipeline_allowed ? "" : ", no grid pipeline")
+    << "\n";
+  P.sections.push_back({"kernel", t.str()});
+}
+
+}  // namespace pallas::cuda

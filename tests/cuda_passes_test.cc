@@ -1,0 +1,253 @@
+// Golden tests of the CUDA backend's planning passes (src/backends/cuda/plan/passes.h): for a
+// kernel, the plan after the passes up to N, and pass N's section of it. The blocked-layout,
+// value-layouts and grid-pipeline passes have more in tests/cuda_layout_test.cc. No GPU needed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <pallas/pallas.h>
+
+#include "src/core/pallas_call.h"
+#ifdef PALLAS_TEST_HAVE_CUDA
+#include "src/backends/cuda/lower.h"
+#include "src/backends/cuda/plan/loops.h"
+#include "src/backends/cuda/plan/passes.h"
+
+namespace pl = pallas;
+namespace cu = pallas::cuda;
+using ::testing::HasSubstr;
+
+namespace {
+
+using V = pl::Value;
+
+// The index of pass `name` in the list, 1-based (what plan_kernel's up_to counts).
+int pass_number(const std::string& name) {
+  const auto& passes = cu::plan_passes();
+  for (size_t i = 0; i < passes.size(); ++i)
+    if (passes[i].name == name) return static_cast<int>(i) + 1;
+  ADD_FAILURE() << "no pass " << name;
+  return 0;
+}
+
+// The section pass `name` wrote, running the passes up to it (and no further) for arch.
+std::string section(pl::Call call, const std::vector<pl::ShapeDtype>& args, const std::string& name, const std::string& arch = "sm_90a") {
+  call.trace(args);
+  int n = pass_number(name);
+  cu::KernelPlan p = cu::plan_kernel(call.state()->get_traced(), cu::target_from_env("test", arch), true, n);
+  EXPECT_EQ(p.sections.size(), static_cast<size_t>(n));
+  if (p.sections.empty()) return "";
+  EXPECT_EQ(p.sections.back().first, name);
+  return p.sections.back().second;
+}
+
+pl::Call matmul(int64_t bm, int64_t bn, int64_t bk, pl::DType t, int warps, pl::Precision prec = pl::Precision::Default) {
+  const pl::DType acc_t = t == pl::f64 ? pl::f64 : pl::f32;
+  return pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        V acc = pl::fori_loop(0, int(512 / bk), V(pl::zeros({bm, bn}, acc_t)), [&](V k, V acc) {
+          return acc + pl::dot(a(pl::all, pl::ds(k * bk, bk)), b(pl::ds(k * bk, bk), pl::all), {.precision = prec});
+        });
+        o[pl::all] = acc;
+      },
+      pl::ShapeDtype({512, 512}, acc_t),
+      {.grid = {512 / bm, 512 / bn},
+       .in_specs = {pl::BlockSpec({bm, 512}, [](V i, V) { return pl::idx(i, 0); }), pl::BlockSpec({512, bn}, [](V, V j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](V i, V j) { return pl::idx(i, j); })},
+       .compiler_params = {.num_warps = warps}});
+}
+std::vector<pl::ShapeDtype> mm_args(pl::DType t) { return {pl::ShapeDtype({512, 512}, t), pl::ShapeDtype({512, 512}, t)}; }
+
+TEST(CudaPasses, TheListInOrder) {
+  std::vector<std::string> names;
+  for (const cu::PlanPass& p : cu::plan_passes()) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"kernel", "blocked-layout", "dot-kinds", "value-layouts", "scratch", "resident-outputs", "grid-pipeline",
+                                             "shared-memory", "refs", "loop-plans"}));
+}
+
+TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({1024}, pl::f32),
+                           {.name = "copy", .compiler_params = {.num_warps = 8, .num_stages = 2}});
+  std::string s = section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel");
+  EXPECT_THAT(s, ::testing::StartsWith("pallas_copy_"));
+  EXPECT_THAT(s, HasSubstr(": 256 threads (8 warps), 2 stages, target sm_90a maps aligned vec=0, wgmma, tma\n"));
+  EXPECT_THAT(section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel", "sm_80"), HasSubstr("target sm_80 maps aligned vec=0\n"));
+}
+
+TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
+  // bf16, 128 rows, 4 warps on sm_90a: wgmma, one tile of 64 rows per warpgroup
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 4), mm_args(pl::bf16), "dot-kinds"),
+            "dot 0: wgmma 128x128x64, 1 warpgroups, tiles 2x1 of 64x128, 2 per worker, result in fragments\n");
+  // fewer than 64 rows: mma.sync, 16-row tiles of up to 32 columns over the warps
+  EXPECT_EQ(section(matmul(32, 64, 32, pl::bf16, 4), mm_args(pl::bf16), "dot-kinds"),
+            "dot 0: mma.sync 32x64x32, 4 warps, tiles 2x2 of 16x32, 1 per worker, result in fragments (fewer than 64 rows)\n");
+  // sm_80: no wgmma
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 4), mm_args(pl::bf16), "dot-kinds", "sm_80"),
+            "dot 0: mma.sync 128x128x64, 4 warps, tiles 8x4 of 16x32, 8 per worker, result in fragments (no wgmma on sm_80)\n");
+  // f32 at Precision::Highest: SIMT (tf32 would round it); f64: no tensor-core instruction
+  EXPECT_EQ(section(matmul(64, 64, 32, pl::f32, 4, pl::Precision::Highest), mm_args(pl::f32), "dot-kinds"),
+            "dot 0: simt 64x64x32 (Precision::Highest f32 (tf32 would round it))\n");
+  EXPECT_EQ(section(matmul(64, 64, 32, pl::f64, 4), mm_args(pl::f64), "dot-kinds"), "dot 0: simt 64x64x32 (no tensor-core instruction for f64)\n");
+}
+
+TEST(CudaPasses, ScratchGoesAtTheBottomAligned) {
+  auto k = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o, pl::Ref s0, pl::Ref s1) {
+        s0[pl::all] = x[pl::all];
+        s1[pl::all] = pl::zeros({3}, pl::f32);
+        o[pl::all] = s0[pl::all];
+      },
+      pl::ShapeDtype({100}, pl::f32), {.scratch_shapes = {pl::ShapeDtype({100}, pl::f32), pl::ShapeDtype({3}, pl::f32)}});
+  EXPECT_EQ(section(k, {pl::ShapeDtype({100}, pl::f32)}, "scratch"),
+            "scratch 0 f32[100]: shared memory [0, 400)\n"
+            "scratch 1 f32[3]: shared memory [400, 412)\n");
+}
+
+// The accumulator of a K grid axis stays in shared memory; a block that moves along the
+// sequential axis does not; one too large for 48 KiB does not.
+TEST(CudaPasses, ResidentOutputsOfTheSequentialLoop) {
+  auto ksum = [](int64_t rows) {
+    return pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros(o.shape(), pl::f32); });
+          o[pl::all] += x[pl::all];
+        },
+        pl::ShapeDtype({rows, 128}, pl::f32),
+        {.grid = {1, 4},
+         .in_specs = {pl::BlockSpec({rows, 128}, [](V i, V k) { return pl::idx(i, k); })},
+         .out_specs = {pl::BlockSpec({rows, 128}, [](V i, V) { return pl::idx(i, 0); })}});
+  };
+  EXPECT_EQ(section(ksum(8), {pl::ShapeDtype({8, 512}, pl::f32)}, "resident-outputs"),
+            "output 0 block f32[8,128]: resident in shared memory [0, 4096) over the sequential loop\n");
+  EXPECT_EQ(section(ksum(128), {pl::ShapeDtype({128, 512}, pl::f32)}, "resident-outputs"),
+            "output 0 block f32[128,128]: in global memory (65536 bytes above 0 pass the 48 KiB for resident blocks)\n");
+  auto moving = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({512}, pl::f32),
+                                {.grid = {4},
+                                 .dimension_semantics = {pl::sequential},
+                                 .in_specs = {pl::BlockSpec({128}, [](V i) { return pl::idx(i); })},
+                                 .out_specs = {pl::BlockSpec({128}, [](V i) { return pl::idx(i); })}});
+  EXPECT_EQ(section(moving, {pl::ShapeDtype({512}, pl::f32)}, "resident-outputs"),
+            "output 0 block f32[128]: in global memory (its block changes along the sequential axes)\n");
+  auto parallel = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({512}, pl::f32),
+                                  {.grid = {4},
+                                   .in_specs = {pl::BlockSpec({128}, [](V i) { return pl::idx(i); })},
+                                   .out_specs = {pl::BlockSpec({128}, [](V i) { return pl::idx(i); })}});
+  EXPECT_EQ(section(parallel, {pl::ShapeDtype({512}, pl::f32)}, "resident-outputs"), "none (no sequential grid axis)\n");
+}
+
+TEST(CudaPasses, SharedMemoryListsTheRegionsBelowTheBody) {
+  auto k = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o, pl::Ref s) {
+        pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros(o.shape(), pl::f32); });
+        s[pl::all] = x[pl::all];
+        o[pl::all] += s[pl::all];
+      },
+      pl::ShapeDtype({8, 128}, pl::f32),
+      {.grid = {1, 4},
+       .in_specs = {pl::BlockSpec({8, 128}, [](V i, V k) { return pl::idx(i, k); })},
+       .out_specs = {pl::BlockSpec({8, 128}, [](V i, V) { return pl::idx(i, 0); })},
+       .scratch_shapes = {pl::ShapeDtype({8, 128}, pl::f32)}});
+  // the input's 4 KiB block is pipelined over the sequential axis by TMA (3 stages)
+  EXPECT_EQ(section(k, {pl::ShapeDtype({8, 512}, pl::f32)}, "shared-memory"),
+            "[0, 4096) scratch 0 f32[8,128]\n"
+            "[4096, 8192) resident output 0\n"
+            "[8192, 20504) grid pipeline: 3 stages and their mbarriers\n"
+            "the body's shared memory from 20504\n");
+  EXPECT_EQ(section(k, {pl::ShapeDtype({8, 512}, pl::f32)}, "shared-memory", "sm_80"),
+            "[0, 4096) scratch 0 f32[8,128]\n"
+            "[4096, 8192) resident output 0\n"
+            "the body's shared memory from 8192\n");
+}
+
+// Input blocks in global memory are refs the loop pipeliner's TMA copies can address; a loop
+// body's refs are the refs they are bound to; an input the grid pipeline stages is not one.
+TEST(CudaPasses, RefsFollowTheirBindingsIntoLoops) {
+  pl::Call mm = matmul(128, 128, 64, pl::bf16, 4);
+  EXPECT_EQ(section(mm, mm_args(pl::bf16), "refs"),
+            "input 0: a block of array parameter p0 bf16[512,512]\n"
+            "input 1: a block of array parameter p1 bf16[512,512]\n");
+  cu::KernelPlan p = cu::plan_kernel(mm.state()->get_traced(), cu::target_from_env("test", "sm_90a"), true, pass_number("refs"));
+  const pallas::ir::Jaxpr& k = *mm.state()->get_traced().kernel;
+  const pallas::ir::Eqn* fori = nullptr;
+  for (const auto& e : k.eqns)
+    if (e.prim->name == "fori_loop") fori = &e;
+  ASSERT_NE(fori, nullptr);
+  std::vector<int> params;  // the body's ref operands, as bound
+  for (const auto& v : fori->params.get<pallas::ir::JaxprPtr>("body")->invars)
+    if (v.aval.is_ref) params.push_back(p.refs.count(v.id) ? p.refs.at(v.id).param : -2);
+  std::sort(params.begin(), params.end());
+  EXPECT_EQ(params, (std::vector<int>{0, 1}));  // the body captures both inputs' refs
+  // a block the grid pipeline copies into shared memory (column sums over a sequential axis)
+  auto colsum = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}); });
+        o[pl::all] += pl::sum(x[pl::all], {0}, true);
+      },
+      pl::ShapeDtype({1, 4096}, pl::f32),
+      {.grid = {128, 64},
+       .in_specs = {pl::BlockSpec({256, 32}, [](V j, V i) { return pl::idx(i, j); })},
+       .out_specs = {pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })}});
+  EXPECT_EQ(section(colsum, {pl::ShapeDtype({16384, 4096}, pl::f32)}, "refs"), "input 0: read from the grid pipeline's stage\n");
+}
+
+// The K loop of a matmul: its carry stays in fragments, both loads are pipelined by TMA into
+// the dot's tiles, the dot stays in flight; nothing on sm_80 or for SIMT dots.
+TEST(CudaPasses, LoopPlansOfAKLoop) {
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-plans"),
+            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, no barrier per iteration\n"
+            "  pipelined by TMA: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
+            "  pipelined by TMA: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n");
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-plans", "sm_80"), "");
+  EXPECT_EQ(section(matmul(64, 64, 32, pl::f32, 4, pl::Precision::Highest), mm_args(pl::f32), "loop-plans"), "");
+  // the plan itself: one loop, its carry in fragments, not rotated (one dot)
+  pl::Call mm = matmul(128, 128, 64, pl::bf16, 8);
+  mm.trace(mm_args(pl::bf16));
+  cu::KernelPlan p = cu::plan_kernel(mm.state()->get_traced(), cu::target_from_env("test", "sm_90a"));
+  ASSERT_EQ(p.loops.size(), 1u);
+  const cu::LoopPlan& L = *p.loops.begin()->second;
+  ASSERT_EQ(L.carries.size(), 1u);
+  EXPECT_TRUE(L.carries[0].has_value());
+  EXPECT_FALSE(L.rotated);
+  EXPECT_EQ(L.pipeline.stages, 3);
+  EXPECT_NE(L.pipeline.dot_in_flight, nullptr);
+}
+
+// PALLAS_DUMP_PASSES=dir: the plan after every pass, numbered, then the printed kernel.
+TEST(CudaPasses, DumpWritesThePlanAfterEveryPass) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("pallas_dump_passes_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const char* was = std::getenv("PALLAS_DUMP_PASSES");  // scripts/source_corpus.sh sets it for the whole suite
+  const std::string saved = was ? was : "";
+  setenv("PALLAS_DUMP_PASSES", dir.c_str(), 1);
+  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.f; }, pl::ShapeDtype({1024}, pl::f32), {.name = "dumped"});
+  k.trace({pl::ShapeDtype({1024}, pl::f32)});
+  cu::Lowered L = cu::lower(k.state()->get_traced(), "sm_90a");
+  if (was) setenv("PALLAS_DUMP_PASSES", saved.c_str(), 1);
+  else unsetenv("PALLAS_DUMP_PASSES");
+  const auto& passes = cu::plan_passes();
+  for (size_t i = 0; i < passes.size(); ++i) {
+    char nn[8];
+    std::snprintf(nn, sizeof nn, "%02zu", i + 1);
+    fs::path f = dir / (L.name + "." + nn + "-" + passes[i].name + ".txt");
+    ASSERT_TRUE(fs::exists(f)) << f;
+    std::ifstream in(f);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_THAT(text, HasSubstr("== " + std::string(passes[i].name) + "\n"));  // the plan so far, up to this pass
+    if (i + 1 < passes.size()) EXPECT_THAT(text, ::testing::Not(HasSubstr("== " + std::string(passes[i + 1].name) + "\n")));
+  }
+  char nn[8];
+  std::snprintf(nn, sizeof nn, "%02zu", passes.size() + 1);
+  std::ifstream cu_file(dir / (L.name + "." + nn + "-print.cu"));
+  std::string src((std::istreambuf_iterator<char>(cu_file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(src, L.source);
+  EXPECT_EQ(L.plan_text.substr(0, 10), "== kernel\n");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+#endif
