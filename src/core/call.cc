@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <unordered_set>
 
@@ -200,7 +201,13 @@ void compile_for(const std::vector<Call>& calls, const std::string& arch, int nu
     }
   };
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  for (size_t t = 1; t < n; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads now: the ones started and this one do the rest
+    }
+  }
   work();
   for (std::thread& t : pool) t.join();
   size_t first = todo.size(), count = 0;
