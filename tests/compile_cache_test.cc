@@ -265,6 +265,56 @@ TEST(CompileCache, AWorldWritableDirectoryIsNotUsed) {
   EXPECT_FALSE(fs::exists(dir.dir + "/dump"));
 }
 
+// Where the disk cache keeps a traced call's cubin for sm_90a (the kernel lowered again here).
+std::string entry_of(const pl::Call& k, const std::string& dir) {
+  cu::Target t = cu::target_from_env(traced(k).what, "sm_90a");
+  cu::Lowered L = cu::lower(traced(k), t);
+  return cu::cubin_entry_path(dir, L, cu::cubin_key(L, t));
+}
+
+// pl::compile_for(calls, arch, threads): every call compiled (its entry on disk before anything
+// else asks for it), a call listed twice once, and later requests served from memory.
+TEST(CompileCache, SeveralCallsCompileAtOnce) {
+  pt::TempCacheDir dir;
+  testing::internal::CaptureStdout();  // debug prints the IR
+  pl::Call a = small("batch_a"), b = small("batch_b", true);
+  pl::Call mm = pl::kernels::matmul(128, 128, 128, pl::bf16, pl::f32, {.block_m = 64, .block_n = 64, .block_k = 32});
+  pl::ShapeDtype m({128, 128}, pl::bf16);
+  mm.trace({m, m});
+  std::vector<std::string> entries = {entry_of(a, dir.dir), entry_of(b, dir.dir), entry_of(mm, dir.dir)};
+  for (const std::string& e : entries) EXPECT_FALSE(fs::exists(e)) << e;  // nothing compiled them yet
+  pl::compile_for({a, b, mm, a}, "sm_90a", 3);
+  testing::internal::GetCapturedStdout();
+  for (const std::string& e : entries) ASSERT_FALSE(e.empty());
+  for (const std::string& e : entries) EXPECT_TRUE(fs::exists(e)) << e;
+  size_t files = 0;
+  for (auto& f : fs::directory_iterator(dir.dir)) files += f.path().extension() == ".pcubin";
+  EXPECT_EQ(files, 3u);  // `a` twice in the list, compiled once
+  // the memory cache has them: the same kernel, compiled by NVRTC in this process
+  auto ca = cu::compile_call(traced(a), "sm_90a");
+  EXPECT_FALSE(ca->from_disk);
+  EXPECT_GT(ca->compile_ms, 0);
+  EXPECT_EQ(ca->disk_entry, entries[0]);
+  EXPECT_TRUE(cu::compile_call(traced(b), "sm_90a")->lowered.has_check);
+  EXPECT_TRUE(pt::throws_error([&] { pl::compile_for({a}, "sm_90a", -1); }, {"num_threads is -1"}));
+  pl::compile_for({}, "sm_90a");  // nothing to do
+}
+
+// A call that fails does not stop the others; the first failure in the list is thrown, with
+// how many others failed.
+TEST(CompileCache, SeveralCallsReportTheFirstFailure) {
+  pt::TempCacheDir dir;
+  auto untraced = [](const std::string& name) {
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, kVec, {.name = name});
+  };
+  pl::Call ok = small("batch_after_failure");
+  EXPECT_TRUE(pt::throws_error([&] { pl::compile_for({untraced("never_traced"), ok}, "sm_90a", 2); },
+                               {"kernel 'never_traced'", "has not been traced yet"}));
+  EXPECT_TRUE(fs::exists(entry_of(ok, dir.dir)));  // compiled although listed after the failure
+  EXPECT_TRUE(pt::throws_error([&] { pl::compile_for({ok, untraced("first_bad"), untraced("second_bad")}, "sm_90a"); },
+                               {"kernel 'first_bad'", "has not been traced yet", "1 other of the 3 calls failed too"}));
+}
+
 }  // namespace
 
 // Under the stub driver (ctest -R stub.CacheRefusedCubin), whose cuModuleLoadData refuses what

@@ -191,6 +191,15 @@ Call pallas_call(F kernel, ShapeDtype out_shape, CallOptions opts = {},
                                 true, loc));
 }
 
+// Lowers and compiles several traced calls for `arch` at once, on up to num_threads threads (the
+// calling thread is one; 0: as many as there are calls, at most the hardware threads), as
+// Call::compile_for does one by one: each NVRTC compile runs on one core, so a model's kernels
+// compile in about the time of the slowest few instead of their sum. A call listed twice is
+// compiled once. Every call is attempted; then the first failure in the list's order is thrown
+// (a pl::Error names its call and how many others failed). Thread-safe; the kernels land in the
+// in-memory and disk caches, so a later run (or compile_for) of any of them does not compile.
+void compile_for(const std::vector<Call>& calls, const std::string& arch, int num_threads = 0);
+
 // Whether a CUDA device is usable in this process (driver found, device present).
 bool cuda_available();
 // How many CUDA devices this process can use (0 without one). A call runs on the device its

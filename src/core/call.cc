@@ -1,6 +1,11 @@
 // pallas_call's Call object and backend dispatch.
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <exception>
+#include <system_error>
+#include <thread>
+#include <unordered_set>
 
 #include "pallas/testing.h"
 #include "src/core/backend_registry.h"
@@ -170,6 +175,52 @@ void Call::compile_for(const std::string& arch) const {
   core::PallasCall c = state_->get_traced();
   c.compiler_params.arch = arch;
   gpu->compile_check(c);
+}
+
+void compile_for(const std::vector<Call>& calls, const std::string& arch, int num_threads) {
+  if (num_threads < 0) throw Error("compile_for: num_threads is " + std::to_string(num_threads) + "; pass 0 (automatic) or a positive count");
+  if (!core::cuda_runner())
+    throw Error("compile_for(" + arch + "): this build of Pallas C++ has no CUDA backend (configure with the CUDA toolkit present)");
+  // Each call once (by its state: copies of a Call share one), in the list's order.
+  std::vector<const Call*> todo;
+  std::unordered_set<const detail::CallState*> seen;
+  for (const Call& c : calls)
+    if (!c.state() || seen.insert(c.state().get()).second) todo.push_back(&c);
+  if (todo.empty()) return;
+  const size_t hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n = std::min(todo.size(), num_threads > 0 ? static_cast<size_t>(num_threads) : hw);
+  std::vector<std::exception_ptr> failed(todo.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < todo.size();) {
+      try {
+        todo[i]->compile_for(arch);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads now: the ones started and this one do the rest
+    }
+  }
+  work();
+  for (std::thread& t : pool) t.join();
+  size_t first = todo.size(), count = 0;
+  for (size_t i = 0; i < todo.size(); ++i)
+    if (failed[i]) first = std::min(first, i), ++count;
+  if (!count) return;
+  if (count == 1) std::rethrow_exception(failed[first]);
+  try {
+    std::rethrow_exception(failed[first]);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "\n(compile_for: " + std::to_string(count - 1) + " other of the " + std::to_string(todo.size()) +
+                " calls failed too; each call's compile_for(\"" + arch + "\") names its own error)");
+  }
 }
 
 int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_shapes.size()) : 0; }
