@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The generated-code corpus: every kernel the interpret half of the test suite, the tutorials
-# and a fixed fuzz batch trace, planned and printed for sm_90a (no NVRTC, no GPU), one line per
+# The generated-code corpus: every kernel the interpret half of the test suite, the tutorials,
+# the benchmarks and a fixed fuzz batch trace, planned and printed for sm_90a (no NVRTC, no GPU), one line per
 # kernel: its name (the symbol without its hash) and the hash of its CUDA source with the
 # symbol and the #line numbers taken out (so that an edit of a test file that moves its
 # kernels' lines changes nothing here). A change to the backend that should not
@@ -19,6 +19,8 @@ PALLAS_TEST_BACKEND=interpret "$build/tests/pallas_tests" --gtest_brief=1 --gtes
 for t in "$build"/tutorials/tutorial_*; do
   [ -x "$t" ] && PALLAS_BACKEND=interpret "$t" >/dev/null 2>&1 || true
 done
+# the benchmarks' kernels (bench/user_kernels.h: each compiled once, NVRTC)
+[ -x "$build/bench/compile_bench" ] && COMPILE_BENCH_REPS=1 "$build/bench/compile_bench" >/dev/null 2>&1 || true
 # the fuzzer compiles through compile_for (sm_90a, NVRTC; cached on disk after the first run)
 "$build/fuzz/pallas_fuzz" --seed 7 --count 150 --threads 2 --backend-b compile >/dev/null 2>&1 || true
 cd "$dir"

@@ -29,7 +29,8 @@ struct BackendRunner {
   // the returned outputs are then those arrays, or nothing (the CUDA runner: no copy per call).
   virtual std::vector<Array> run(const PallasCall& call, const std::vector<Array>& args, const std::vector<Array>* outs) const = 0;
   // Lowers and compiles the call without running it (CI without a GPU: PALLAS_CUDA_COMPILE_CHECK=1).
-  virtual void compile_check(const PallasCall& call) const {}
+  // lower_only: plans and prints it, without the compiler (PALLAS_CUDA_COMPILE_CHECK=lower).
+  virtual void compile_check(const PallasCall& call, bool lower_only = false) const {}
   // Device timing for do_bench: each of `reps` runs of fn (after `warmup` untimed ones) in
   // milliseconds, timed on the device; the interpreter has none (the host clock times it).
   virtual std::vector<double> time_runs(const std::function<void()>& fn, int warmup, int reps, bool flush_l2) const {

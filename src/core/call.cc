@@ -297,11 +297,12 @@ std::vector<Array> execute(const PallasCall& call, const std::vector<Array>& arg
   }
   count_run(Backend::Interpret);
   // CI without a GPU: every interpreted call is also lowered and compiled for the GPU.
-  static const bool compile_check = [] {
+  // =lower: plan and print only, no NVRTC (scripts/source_corpus.sh).
+  static const int compile_check = [] {
     const char* e = std::getenv("PALLAS_CUDA_COMPILE_CHECK");
-    return e && *e && *e != '0';
+    return !e || !*e || *e == '0' ? 0 : std::string(e) == "lower" ? 2 : 1;
   }();
-  if (compile_check && cuda_runner()) cuda_runner()->compile_check(call);
+  if (compile_check && cuda_runner()) cuda_runner()->compile_check(call, /*lower_only=*/compile_check == 2);
   return interpret_runner()->run(call, args, outs);
 }
 

@@ -307,13 +307,8 @@ struct CudaRunner final : core::BackendRunner {
   }
   bool available() const override { return !no_cuda() && driver().ok; }
   std::string why_unavailable() const override { return no_cuda() ? "PALLAS_NO_CUDA is set" : driver().why; }
-  void compile_check(const core::PallasCall& call) const override {
+  void compile_check(const core::PallasCall& call, bool lower_only) const override {
     const std::string arch = call.compiler_params.arch.empty() ? "sm_90a" : call.compiler_params.arch;
-    // PALLAS_CUDA_COMPILE_CHECK=lower: plan and print only, no NVRTC (scripts/source_corpus.sh).
-    static const bool lower_only = [] {
-      const char* e = std::getenv("PALLAS_CUDA_COMPILE_CHECK");
-      return e && std::string(e) == "lower";
-    }();
     if (lower_only) lower(call, arch);
     else compile_call(call, arch);
   }
