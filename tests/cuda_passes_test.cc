@@ -74,8 +74,9 @@ TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
                            {.name = "copy", .compiler_params = {.num_warps = 8, .num_stages = 2}});
   std::string s = section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel");
   EXPECT_THAT(s, ::testing::StartsWith("pallas_copy_"));
-  EXPECT_THAT(s, HasSubstr(": 256 threads (8 warps), 2 stages, target sm_90a maps aligned vec=0, wgmma, tma\n"));
-  EXPECT_THAT(section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel", "sm_80"), HasSubstr("target sm_80 maps aligned vec=0\n"));
+  EXPECT_THAT(s, HasSubstr(": 256 threads (8 warps), 2 stages, target sm_90a maps aligned vec=0, wgmma, tma, 232448 bytes of shared memory\n"));
+  EXPECT_THAT(section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel", "sm_80"),
+              HasSubstr("target sm_80 maps aligned vec=0, 166912 bytes of shared memory\n"));
 }
 
 TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
@@ -214,6 +215,28 @@ TEST(CudaPasses, LoopPlansOfAKLoop) {
   EXPECT_FALSE(L.rotated);
   EXPECT_EQ(L.pipeline.stages, 3);
   EXPECT_NE(L.pipeline.dot_in_flight, nullptr);
+}
+
+// A tile past the target's shared memory goes through global scratch (the kernel's last
+// parameter, one region per CUDA block), not refused; the kernel's shared memory stays within
+// the target's limit. (Run on both backends: ShapeOps.TileLargerThanSharedMemory.)
+TEST(CudaPasses, ExchangeLargerThanSharedMemoryGoesThroughGlobalScratch) {
+  auto big = [](int64_t rows) {
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::transpose(x[pl::all], {2, 0, 1}); },
+                             pl::ShapeDtype({256, rows, 24}, pl::f32));
+    k.trace({pl::ShapeDtype({rows, 24, 256}, pl::f32)});
+    return cu::lower(k.state()->get_traced(), "sm_90a");
+  };
+  cu::Lowered L = big(16);
+  EXPECT_EQ(L.global_exchange_bytes, 16u * 24 * 256 * 4);
+  EXPECT_LE(L.smem_bytes, L.smem_limit);
+  EXPECT_EQ(L.smem_limit, 232448u);
+  EXPECT_THAT(L.source, HasSubstr("unsigned char* __restrict__ pgx)"));
+  // a tile that fits stays in shared memory, and the kernel takes no such parameter
+  cu::Lowered S = big(4);
+  EXPECT_EQ(S.global_exchange_bytes, 0u);
+  EXPECT_EQ(S.source.find("pgx"), std::string::npos);
+  EXPECT_GE(S.smem_bytes, 4u * 24 * 256 * 4);
 }
 
 // PALLAS_DUMP_PASSES=dir: the plan after every pass, numbered, then the printed kernel.

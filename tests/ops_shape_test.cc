@@ -339,5 +339,20 @@ TEST(ShapeOps, NegativeIotaDimensionAndBoolArgmax) {
     for (int j = 0; j < 4; ++j) EXPECT_EQ(o1[i * 4 + j], j);
   EXPECT_EQ(outs[1].to_vector<int32_t>(), (std::vector<int32_t>{2, 0, 0}));
 }
+
+// A whole-block transpose of a tile larger than a GPU's shared memory (16 x 24 x 256 f32: 384 KiB;
+// an H100 gives a CUDA block 227 KiB): the GPU exchanges it through global scratch instead
+// of refusing it, and both backends give the same exact answer.
+TEST(ShapeOps, TileLargerThanSharedMemory) {
+  pl::Array x = pl::random::normal({16, 24, 256}, pl::f32, 7);
+  auto call = interp_call([](pl::Ref xr, pl::Ref o) { o[pl::all] = pl::transpose(xr[pl::all], {2, 0, 1}); },
+                          {pl::ShapeDtype({256, 16, 24}, pl::f32)}, "big_transpose");
+  auto t = call({x})[0].to_vector<float>();
+  auto xv = x.to_vector<float>();
+  for (int64_t a = 0; a < 16; ++a)
+    for (int64_t b = 0; b < 24; ++b)
+      for (int64_t k = 0; k < 256; ++k) ASSERT_EQ(t[(k * 16 + a) * 24 + b], xv[(a * 24 + b) * 256 + k]) << a << " " << b << " " << k;
+}
+
 }  // namespace
 }  // namespace pt

@@ -74,6 +74,9 @@ void generate(const std::vector<Entry>& entries, const std::vector<std::string>&
       }
       if (c->lowered.has_check) throw Error(what + ": uses pl::check with debug = true; AOT launches have no check flag (build it without debug)");
       if (!c->lowered.print_sites.empty()) throw Error(what + ": uses debug_print, which needs the JIT's host side; remove it for AOT");
+      if (c->lowered.global_exchange_bytes)
+        throw Error(what + " for " + arch + ": exchanges a tile of " + std::to_string(c->lowered.global_exchange_bytes) +
+                    " bytes through global memory (more than the shared memory holds), which AOT launches do not provide; use smaller blocks");
       symbol = c->lowered.name;
       threads = c->lowered.threads;
       std::string var = "k_" + en.name + "_" + arch;

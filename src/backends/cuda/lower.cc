@@ -41,6 +41,12 @@ std::vector<int64_t> row_major_strides(const Shape& s) {
 }
 std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ? "float" : ctype(t); }
 
+// Loops over a thread's slots are unrolled, so its values stay in registers (every index a
+// constant) — up to 256 slots: past the 255 registers a thread has, a value lives in local
+// memory anyway, and unrolling only multiplies the code (NVRTC took 70 s over a transpose of
+// 768 slots a thread, unrolled).
+std::string unroll_pragma(int64_t slots) { return slots > 256 ? "#pragma unroll 4" : "#pragma unroll"; }
+
 void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth) * 2, ' ') << s << "\n"; }
 
 // Generated names count up within one lowering, so the same call always gives the same
@@ -107,7 +113,7 @@ void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
   int64_t K = per_thread(s);
   std::string V = std::to_string(vec), S = std::to_string(int64_t{nt} * vec);
   std::string e = vec == 1 ? "threadIdx.x + k * " + S : "(k / " + V + ") * " + S + " + threadIdx.x * " + V + " + k % " + V;
-  line("#pragma unroll");
+  line(unroll_pragma(K));
   line("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = " + e + ";" +
        (n % (int64_t{nt} * vec) ? " if (e < " + std::to_string(n) + ") {" : " {"));
   ++depth;
@@ -118,7 +124,7 @@ void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
 
 void Emitter::foreach_run(const Shape& s, const std::function<void()>& f) {
   int64_t n = shape_size(s), S = int64_t{nt} * vec;
-  line("#pragma unroll");
+  line(unroll_pragma((n + S - 1) / S * vec));
   line("for (int g = 0; g < " + std::to_string((n + S - 1) / S) + "; ++g) { const int e = g * " + std::to_string(S) + " + threadIdx.x * " +
        std::to_string(vec) + ", k0 = g * " + std::to_string(vec) + "; (void)k0;" + (n % S ? " if (e < " + std::to_string(n) + ") {" : " {"));
   ++depth;
@@ -147,10 +153,25 @@ size_t Emitter::reserve(size_t off, const ir::Aval& a) {
   return end;
 }
 
-std::string Emitter::put_shared(const ir::Atom& a, size_t off) {
+std::string Emitter::put_shared(const ir::Atom& a, size_t off) { return put_tile(a, "smem + " + std::to_string(xoff + off)); }
+
+std::string Emitter::put_exchange(const ir::Atom& a) {
+  ir::Aval av = ir::atom_aval(a);
+  size_t bytes = (static_cast<size_t>(av.size()) * itemsize(av.dtype) + 15) & ~size_t{15};
+  if (xoff + bytes <= plan.smem_limit) {
+    reserve(0, av);
+    return put_shared(a, 0);
+  }
+  // Past the device's shared memory: this CUDA block's region of global scratch (the kernel's
+  // last parameter, sized by the runner), read back through L1/L2 after the same barrier.
+  global_exchange_bytes = std::max(global_exchange_bytes, bytes);
+  return put_tile(a, "gx");
+}
+
+std::string Emitter::put_tile(const ir::Atom& a, const std::string& at) {
   ir::Aval av = ir::atom_aval(a);
   std::string p = fresh("xs");
-  line(ctype(av.dtype) + "* " + p + " = (" + ctype(av.dtype) + "*)(smem + " + std::to_string(xoff + off) + ");");
+  line(ctype(av.dtype) + "* " + p + " = (" + ctype(av.dtype) + "*)(" + at + ");");
   if (scalar_like(av)) {
     line("if (threadIdx.x == 0) " + p + "[0] = " + name(a) + ";");
   } else if (ValueLayout L = layout_of(a); L.kind == ValueLayout::Mma && (itemsize(av.dtype) == 2 || itemsize(av.dtype) == 4) && L.N % 2 == 0 &&
@@ -288,7 +309,6 @@ std::vector<Range> block_index_ranges(const ir::Jaxpr& im, const std::vector<int
 }  // namespace
 
 namespace {
-constexpr size_t kSm90SharedLimit = 232448;  // dynamic shared memory a CUDA block may take on sm_90
 
 // Prints the kernel the plan describes: the parameters, the program loop, the block views, the
 // body (the rules, emit_eqns), as one CUDA C++ translation unit.
@@ -578,6 +598,8 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     if (resident[o]) copy_resident(o, false);
 
   L.smem_bytes = std::max(E.xoff + E.xbytes, E.smem_peak);
+  L.global_exchange_bytes = E.global_exchange_bytes;
+  L.smem_limit = plan.smem_limit;
   L.dots_text = E.dots_text;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
@@ -585,10 +607,18 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   L.tensor_maps = E.tensor_maps;
   L.persistent = gp && gp->persistent;
   for (size_t m = 0; m < L.tensor_maps.size(); ++m) params += ", const __grid_constant__ pallas_dev::TensorMap tm" + std::to_string(m);
+  // Tiles exchanged through global memory (Emitter::put_exchange): the last parameter, one
+  // region per CUDA block.
+  std::string global_exchange;
+  if (L.global_exchange_bytes) {
+    params += ", unsigned char* __restrict__ pgx";
+    global_exchange = "  unsigned char* gx = pgx + (blockIdx.x + (unsigned long long)blockIdx.y * gridDim.x) * " +
+                      std::to_string(L.global_exchange_bytes) + "ull;\n";
+  }
   std::ostringstream src;
   src << prelude() << (L.tensor_maps.empty() ? "" : kTmaCuh) << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
       << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
-      << E.body.str() << "}\n";
+      << global_exchange << E.body.str() << "}\n";
   L.source = src.str();
   L.grid_pipelined = gp.has_value();
   return L;
@@ -625,7 +655,7 @@ Lowered lower(const core::PallasCall& call, const Target& target) {
   // The grid pipeline plans its stages before the body takes its own shared memory; a kernel
   // that then no longer fits is planned and printed without it (it fitted before the stages
   // were added, or fails with the same error as without them).
-  if (L.grid_pipelined && L.smem_bytes > kSm90SharedLimit) L = plan_and_print(/*grid_pipeline=*/false);
+  if (L.grid_pipelined && L.smem_bytes > L.smem_limit) L = plan_and_print(/*grid_pipeline=*/false);
   return L;
 }
 

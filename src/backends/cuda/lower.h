@@ -60,6 +60,10 @@ struct Lowered {
   std::string source;  // complete CUDA C++ translation unit
   int threads = 128;
   size_t smem_bytes = 0;
+  size_t smem_limit = 0;  // the target's (KernelPlan::smem_limit)
+  // Bytes of global scratch each CUDA block exchanges tiles through (Emitter::put_exchange);
+  // the kernel then takes a last parameter, pgx, gridDim.x * gridDim.y times this.
+  size_t global_exchange_bytes = 0;
   bool has_check = false;
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
@@ -177,6 +181,12 @@ class Emitter {
   // Exchange: writes the atom's tile (in its layout) to shared memory at byte offset off (from
   // the exchange region), row-major, and returns the name of a typed pointer to it. Caller syncs.
   std::string put_shared(const ir::Atom& a, size_t off);
+  // The whole-tile exchange of most rules (reserve + put_shared at offset 0): in shared memory
+  // when the tile fits below the target's limit above the exchange base, else in this CUDA
+  // block's region of global scratch (global_exchange_bytes), so a tile too large for shared
+  // memory is slower, not refused. Caller syncs.
+  std::string put_exchange(const ir::Atom& a);
+  size_t global_exchange_bytes = 0;  // the largest tile put_exchange sent to global memory
   size_t reserve(size_t off, const ir::Aval& a);  // returns the next free offset
   void sync() {
     line("__syncthreads();");
@@ -196,6 +206,7 @@ class Emitter {
 
  private:
   void foreach_fragments(const ValueLayout& L, const std::function<void()>& f);
+  std::string put_tile(const ir::Atom& a, const std::string& at);  // put_shared's writes, at C address `at`
   // as_layout's conversions, one map (var and layout -> name) per C scope open in emit_eqns
   std::vector<std::unordered_map<std::string, std::string>> conversions_;
 };

@@ -363,8 +363,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
   std::vector<bool> red(in.shape.size(), false);
   for (auto a : axes) red[static_cast<size_t>(a < 0 ? a + in.ndim() : a)] = true;
   if (reduce_rows(E, e, red, reduce_fold(e.prim->id, t, o.aval.dtype)) || reduce_columns(E, e, red)) return;
-  E.reserve(0, in);
-  std::string xs = E.put_shared(e.in[0], 0);
+  std::string xs = E.put_exchange(e.in[0]);
   E.sync();
   auto st = row_major_strides(in.shape);
   Shape kept, rs;
@@ -394,8 +393,7 @@ void reduce(Emitter& E, const ir::Eqn& e) {
 void gather_slots(Emitter& E, const ir::Eqn& e, const std::function<std::string()>& src) {
   const ir::Var& o = e.out[0];
   E.declare(o);
-  E.reserve(0, ir::atom_aval(e.in[0]));
-  std::string xs = E.put_shared(e.in[0], 0);
+  std::string xs = E.put_exchange(e.in[0]);
   E.sync();
   E.foreach(o.aval.shape, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src() + "];"); });
   E.sync();
@@ -443,8 +441,7 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   auto st = row_major_strides(in.shape);
   if (E.layout_of(o).kind == ValueLayout::Mma) {  // a vector over a tile's rows or columns, into fragments (i, j)
     E.declare(o);
-    E.reserve(0, in);
-    std::string xs = E.put_shared(e.in[0], 0), src = "0";
+    std::string xs = E.put_exchange(e.in[0]), src = "0";
     E.sync();
     for (size_t j = 0; j < in.shape.size(); ++j)
       if (in.shape[j] != 1) src += std::string(" + ") + (bd[j] == 0 ? "i" : "j") + " * " + std::to_string(st[j]);
@@ -540,8 +537,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     std::vector<bool> red(in.shape.size(), false);
     red[static_cast<size_t>(ax)] = true;
     if (reduce_rows(E, e, red, arg_fold(mx, in.dtype, o.aval.dtype))) return;
-    E.reserve(0, in);
-    std::string xs = E.put_shared(e.in[0], 0);
+    std::string xs = E.put_exchange(e.in[0]);
     E.sync();
     E.foreach(o.aval.shape, [&] {
       auto oi = E.unravel("e", kept);
@@ -566,8 +562,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     auto st = row_major_strides(in.shape);
     const ir::Var& o = e.out[0];
     E.declare(o);
-    E.reserve(0, in);
-    std::string xs = E.put_shared(e.in[0], 0);
+    std::string xs = E.put_exchange(e.in[0]);
     E.sync();
     E.foreach(o.aval.shape, [&] {
       auto oi = E.unravel("e", in.shape);

@@ -66,7 +66,7 @@ const Loaded* load(const std::shared_ptr<const Compiled>& c, const std::string& 
   size_t smem = c->lowered.smem_bytes;
   if (smem > static_cast<size_t>(max_smem))
     throw Error(what + ": the kernel needs " + std::to_string(smem) + " bytes of shared memory (scratch + exchanges) but the device allows " +
-                std::to_string(max_smem) + "; use smaller blocks");
+                std::to_string(max_smem) + "; use smaller blocks (or fewer stages)");
   if (smem > 48 * 1024) check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)), what + ": raising the shared-memory limit");
   return &(loaded[{c.get(), device}] = {f, nvtxDomainRegisterStringA(nvtx_domain(), what.c_str()), c});
 }
@@ -520,7 +520,21 @@ struct CudaRunner final : core::BackendRunner {
     };
     const std::vector<TensorMapSpec>& specs = cu.lowered.tensor_maps;
     SmallArray<Map, 4> maps(specs.size());
-    SmallArray<void*, 24> kp(nin + nout + 3 + nd + specs.size());
+    // Tiles too large for shared memory are exchanged through global scratch, one region per
+    // CUDA block (Lowered::global_exchange_bytes): the last parameter.
+    Array exchange;
+    CUdeviceptr pgx = 0;
+    if (size_t per_block = cu.lowered.global_exchange_bytes) {
+      const uint64_t total = uint64_t{per_block} * gx * gy;
+      constexpr uint64_t kMaxExchange = uint64_t{4} << 30;
+      if (total > kMaxExchange)
+        throw Error(call.what + ": a tile exchanged through global memory needs " + std::to_string(per_block) + " bytes per CUDA block, " +
+                    std::to_string(total >> 20) + " MiB for " + std::to_string(uint64_t{gx} * gy) +
+                    " blocks (at most 4 GiB); use smaller blocks, or fewer programs of the parallel axes");
+      exchange = Array(Shape{static_cast<int64_t>(total)}, DType::U8, Device::cuda(dev));
+      pgx = reinterpret_cast<CUdeviceptr>(exchange.raw_data());
+    }
+    SmallArray<void*, 24> kp(nin + nout + 3 + nd + specs.size() + (pgx ? 1 : 0));
     size_t np = 0;
     for (size_t k = 0; k < nin + nout; ++k) kp[np++] = &ptrs[k];
     kp[np++] = &perr;
@@ -531,6 +545,7 @@ struct CudaRunner final : core::BackendRunner {
       encode_map(&maps[m], specs[m], reinterpret_cast<const void*>(ptrs[static_cast<size_t>(specs[m].param)]), call.what);
       kp[np++] = &maps[m];
     }
+    if (pgx) kp[np++] = &pgx;
     if (CUresult r = d.cuLaunchKernel(fn, gx, gy, 1, u.threads, 1, 1, u.smem, launch_stream(), kp.data(), nullptr))
       check(r, u.launching);
     if (plog || u.has_check) {

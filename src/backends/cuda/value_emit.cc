@@ -91,8 +91,7 @@ std::string Emitter::as_layout(const ir::Atom& a, const ValueLayout& want, bool 
   if (auto u = uniform.find(v.id); u != uniform.end()) {
     foreach_in(want, v.aval.shape, [&] { line(n + "[k] = " + u->second + ";"); });
   } else {
-    reserve(0, v.aval);
-    std::string xs = put_shared(a, 0);
+    std::string xs = put_exchange(a);
     sync();
     foreach_in(want, v.aval.shape, [&] { line(n + "[k] = " + xs + "[e];"); });
     sync();

@@ -25,6 +25,9 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   P.wgmma = P.target.arch == "sm_90a";
   P.tma = P.wgmma && P.target.tensor_maps && P.target.aligned && !P.target.no_tma;
   P.checks = call.debug;
+  // sm_90: 227 KiB; sm_80: 163 KiB; any other (sm_86, sm_89, "any sm_80+"): 99 KiB.
+  const std::string& a = P.target.arch;
+  P.smem_limit = a.rfind("sm_90", 0) == 0 ? 232448 : a == "sm_80" ? 166912 : 101376;
   // The symbol names the call and everything else that changes its code (one kernel traced for
   // two targets or stage counts gets two names, so dumps and profiles never mix them up).
   uint64_t h = call.hash();
@@ -36,7 +39,7 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   P.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   std::ostringstream t;
   t << P.name << ": " << P.threads << " threads (" << warps << " warps), " << P.stages << " stages, target " << P.target.text()
-    << (P.wgmma ? ", wgmma" : "") << (P.tma ? ", tma" : "") << (P.checks ? ", checks" : "") << (P.grid_pipeline_allowed ? "" : ", no grid pipeline")
+    << (P.wgmma ? ", wgmma" : "") << (P.tma ? ", tma" : "") << (P.checks ? ", checks" : "") << ", " << P.smem_limit << " bytes of shared memory" << (P.grid_pipeline_allowed ? "" : ", no grid pipeline")
     << "\n";
   P.sections.push_back({"kernel", t.str()});
 }

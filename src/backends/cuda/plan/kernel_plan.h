@@ -119,6 +119,7 @@ struct KernelPlan {
   bool wgmma = false;  // the target has wgmma (sm_90a): dots of 64+ rows use it
   bool tma = false;    // TMA tensor copies are allowed (sm_90a, the launcher encodes maps, aligned arrays)
   bool checks = false;  // pl::check outside checkify (debug = true)
+  size_t smem_limit = 0;  // dynamic shared memory a CUDA block may take on the target
   bool grid_pipeline_allowed = true;  // off when the kernel did not fit with the grid's stages (lower.cc)
   LayoutPlan layout;                                   // blocked-layout
   std::unordered_map<const ir::Eqn*, DotPlan> dots;    // dot-kinds
