@@ -22,9 +22,9 @@ namespace pl = pallas;
 
 namespace {
 
-// The loop plans (the loop-plans pass's section), then what the printer decided about each
-// dot's operands (Lowered::dots_text): as they read in NAME.10-loop-plans.txt and NAME.11-print.txt.
-std::string decisions(const pallas::cuda::Lowered& L) { return L.section("loop-plans") + L.dots_text; }
+// The loop plans, then where each wgmma dot reads its operands: the loop-plans and dot-operands
+// passes' sections (NAME.10-loop-plans.txt and NAME.11-dot-operands.txt under PALLAS_DUMP_PASSES).
+std::string decisions(const pallas::cuda::Lowered& L) { return L.section("loop-plans") + L.section("dot-operands"); }
 
 std::string plan_of(pl::Call call, const std::vector<pl::ShapeDtype>& args, int threads = 128, bool aligned = true) {
   call.trace(args);

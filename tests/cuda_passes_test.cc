@@ -66,7 +66,7 @@ TEST(CudaPasses, TheListInOrder) {
   std::vector<std::string> names;
   for (const cu::PlanPass& p : cu::plan_passes()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"kernel", "blocked-layout", "dot-kinds", "value-layouts", "scratch", "resident-outputs", "grid-pipeline",
-                                             "shared-memory", "refs", "loop-plans"}));
+                                             "shared-memory", "refs", "loop-plans", "dot-operands"}));
 }
 
 TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {

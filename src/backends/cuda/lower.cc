@@ -600,7 +600,6 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   L.smem_bytes = std::max(E.xoff + E.xbytes, E.smem_peak);
   L.global_exchange_bytes = E.global_exchange_bytes;
   L.smem_limit = plan.smem_limit;
-  L.dots_text = E.dots_text;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;
@@ -647,7 +646,6 @@ Lowered lower(const core::PallasCall& call, const Target& target) {
     Lowered L = print_kernel(call, plan);
     if (!dump.empty()) {
       write_pass_dump(dump, L.name, printed, "print", ".cu", L.source);
-      if (!L.dots_text.empty()) write_pass_dump(dump, L.name, printed, "print", ".txt", L.dots_text);
     }
     return L;
   };

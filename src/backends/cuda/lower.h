@@ -69,9 +69,6 @@ struct Lowered {
   std::vector<PrintSite> print_sites;
   std::string plan_text;  // the plan (KernelPlan::text(): one section per pass)
   std::string section(const std::string& pass) const;  // one pass's section of it ("" if absent)
-  // Decisions still taken while printing (dots' operand places, loop pipelines, rotation):
-  // the last section of PALLAS_DUMP_PASSES's print dump, until they become passes.
-  std::string dots_text;
   std::vector<TensorMapSpec> tensor_maps;
   bool grid_pipelined = false;
   // Each CUDA block loops over parallel programs (blockIdx.x + i * gridDim.x): launch as many
@@ -137,7 +134,6 @@ class Emitter {
   // The jaxprs whose eqns are being emitted, innermost last (a rule may look at the users of
   // its result in the same scope).
   std::vector<const ir::Jaxpr*> scopes;
-  std::string dots_text;  // decisions taken while printing (Lowered::dots_text)
   // The kernel's eqns as the jaxpr printer writes them: each one's code starts with it as a
   // comment, so a line of the generated .cu (an NVRTC error, a profiler's source view) leads
   // to the op in the kernel's IR (PallasCall::debug prints it, with the call's source line).

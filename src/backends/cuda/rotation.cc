@@ -150,12 +150,10 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   E.line("}");
   if (turns) E.line("if (" + wg + " == 0) asm volatile(\"bar.sync 1, 256;\" ::: \"memory\");  // the last turn's arrival");
   // iteration hi - 1's second dot
-  const std::string loop_text = E.dots_text;
   Emitter::Rotation last{nullptr, &second, {}, pc};
   E.rotation = &last;
   issue_second("(" + hi + " - 1)", false);
   E.rotation = nullptr;
-  E.dots_text = loop_text;
   E.absorbed.erase(&second);
   --E.depth;
   E.line("}");

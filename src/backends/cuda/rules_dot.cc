@@ -244,14 +244,13 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
     E.line("fence_proxy_async();");
     E.sync();
   }
-  auto where = [&](int i) {
-    bool written = put.end() != std::find(put.begin(), put.end(), i);
-    return written ? " written to shared memory" : " in shared memory";
-  };
-  E.dots_text += "dot " + ir::atom_aval(e.in[0]).str() + (d.ta ? "^T" : "") + " x " + ir::atom_aval(e.in[1]).str() + (d.tb ? "^T" : "") + ": wgmma m64n" +
-                 std::to_string(8 * q.NS) + "k" + std::to_string(m.k) + ", " + std::to_string(q.TM * q.TN) + " tile(s) over " + std::to_string(q.W) +
-                 " warpgroup(s); A " + (a_regs ? std::string("in registers (its fragments)") : std::string(A.k_major ? "K-major" : "MN-major") + where(0)) +
-                 ", B " + (B.k_major ? "K-major" : "MN-major") + where(1) + "\n";
+  // The dot-operands pass planned these places; the printer put them there.
+  const DotPlan& plan = E.plan.dot(e);
+  auto written = [&](int i) { return put.end() != std::find(put.begin(), put.end(), i); };
+  if (a_regs != (plan.a == DotPlan::Operand::Registers) || (!a_regs && written(0) != (plan.a == DotPlan::Operand::Written)) ||
+      written(1) != (plan.b == DotPlan::Operand::Written))
+    throw Error(E.what + ": CUDA lowering: a wgmma dot's operands are not where the dot-operands pass planned them (an internal error; run with "
+                         "interpret = true meanwhile)");
   std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
   std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
   int64_t regs = 4 * q.NS;

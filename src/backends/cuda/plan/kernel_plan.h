@@ -73,6 +73,9 @@ struct DotPlan {
   // accumulator's; otherwise it is converted once to the blocked layout.
   std::optional<ValueLayout> result;
   std::string why;  // the reason for the kind
+  // Where a wgmma dot reads each operand (the dot-operands pass, after the loop plans).
+  enum class Operand : uint8_t { Written, Registers, Stage, Resident };
+  Operand a = Operand::Written, b = Operand::Written;
   std::string str() const;
 };
 

@@ -21,6 +21,7 @@ const std::vector<PlanPass>& plan_passes() {
       {"shared-memory", plan_shared_memory},       // the top-level regions; where the body's start
       {"refs", plan_refs},                         // which refs are input blocks in global memory
       {"loop-plans", plan_loops},                  // fragment carries, resident operands, rotation, pipelines
+      {"dot-operands", plan_dot_operands},         // where each wgmma dot reads its operands
   };
   return passes;
 }

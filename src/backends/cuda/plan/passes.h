@@ -34,6 +34,7 @@ void plan_grid_pipeline_pass(const core::PallasCall& call, KernelPlan& plan);  /
 void plan_shared_memory(const core::PallasCall& call, KernelPlan& plan);    // plan/shared_memory.cc
 void plan_refs(const core::PallasCall& call, KernelPlan& plan);             // plan/refs.cc
 void plan_loops(const core::PallasCall& call, KernelPlan& plan);            // plan/loops.cc
+void plan_dot_operands(const core::PallasCall& call, KernelPlan& plan);     // plan/dot_operands.cc
 
 // PALLAS_DUMP_PASSES's directory ("" when unset): dumps are debugging output, not a switch
 // that changes code, so they are not in the Target.
