@@ -1,4 +1,5 @@
-// Row-wise kernels: softmax and layer norm, computed in f32 whatever the input dtype.
+// Row-wise kernels: softmax and layer norm, computed in f32 (f64 for f64 inputs, so that their
+// gradients can be checked by finite differences). Their backwards are in rows_vjp.cc.
 #include "pallas/kernels.h"
 
 namespace pallas::kernels {
@@ -13,8 +14,9 @@ BlockSpec row_spec(int64_t br, int64_t cols) {
 Call softmax(int64_t rows, int64_t cols, DType dtype, RowConfig cfg) {
   int64_t br = cfg.block_rows;
   int axis = br == 1 ? 0 : 1;
+  DType acc = dtype == DType::F64 ? DType::F64 : DType::F32;
   auto kernel = [=](Ref x, Ref o) {
-    Value v = x[all].astype(DType::F32);
+    Value v = x[all].astype(acc);
     Value e = exp(v - max(v, axis, true));
     o[all] = (e / sum(e, axis, true)).astype(dtype);
   };
@@ -30,12 +32,13 @@ Call softmax(int64_t rows, int64_t cols, DType dtype, RowConfig cfg) {
 Call layer_norm(int64_t rows, int64_t cols, DType dtype, double eps, RowConfig cfg) {
   int64_t br = cfg.block_rows;
   int axis = br == 1 ? 0 : 1;
+  DType acc = dtype == DType::F64 ? DType::F64 : DType::F32;
   auto kernel = [=](Ref x, Ref w, Ref b, Ref o) {
-    Value v = x[all].astype(DType::F32);
+    Value v = x[all].astype(acc);
     Value mean = sum(v, axis, true) / static_cast<double>(cols);
     Value c = v - mean;
     Value var = sum(c * c, axis, true) / static_cast<double>(cols);
-    Value y = c * rsqrt(var + eps) * w[all].astype(DType::F32) + b[all].astype(DType::F32);
+    Value y = c * rsqrt(var + eps) * w[all].astype(acc) + b[all].astype(acc);
     o[all] = y.astype(dtype);
   };
   BlockSpec vec({cols}, [](Value) { return idx(0); });

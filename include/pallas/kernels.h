@@ -36,6 +36,48 @@ Call softmax(int64_t rows, int64_t cols, DType dtype, RowConfig cfg = {});
 // Layer norm of x[R, N] with weight[N], bias[N].
 Call layer_norm(int64_t rows, int64_t cols, DType dtype, double eps = 1e-5, RowConfig cfg = {});
 
+// ---- backward kernels and custom_vjp pairs (docs/transforms.md, "custom_vjp") ----
+// Each *_vjp returns a pl::CustomVjp: f(x, ...) gives the primal outputs (by the plain
+// forward), pl::vjp(f, {x, ...}) the outputs and a pullback from output cotangents to input
+// cotangents. f16/bf16/f32 inputs are computed in f32, f64 in f64.
+
+// dx = y * (dy - sum(dy * y, axis=-1)) from y = softmax(x) and dy, all [R, N].
+Call softmax_bwd(int64_t rows, int64_t cols, DType dtype, RowConfig cfg = {});
+// softmax with softmax_bwd attached; bwd receives the primal output y (not copied).
+CustomVjp softmax_vjp(int64_t rows, int64_t cols, DType dtype, RowConfig cfg = {});
+
+// The norm backward's grid: `programs` parallel programs, each walking row blocks of
+// block_rows rows in sequence and summing its rows' share of dw (and db) into its own row of
+// an f32 [programs, N] output (f64 for f64 inputs); norm_partial_sum then sums those rows.
+// programs 0: min(128, row blocks).
+struct NormBwdConfig {
+  int64_t block_rows = 4;
+  int64_t programs = 0;
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+// [programs, N] partial sums -> [N] in out_dtype (summed in f32, f64 for f64).
+Call norm_partial_sum(int64_t programs, int64_t cols, DType out_dtype, bool interpret = false);
+
+// layer_norm that also returns the residuals: (x, w, b) -> (y, mean[R], rstd[R]) (f32; f64 for f64).
+Call layer_norm_fwd(int64_t rows, int64_t cols, DType dtype, double eps = 1e-5, RowConfig cfg = {});
+// (x, w, mean, rstd, dy) -> (dx, dw partials [programs, N], db partials [programs, N]).
+Call layer_norm_bwd(int64_t rows, int64_t cols, DType dtype, NormBwdConfig cfg = {});
+// layer_norm (x, w, b) -> y with its backward attached: the pullback gives {dx, dw, db}
+// (layer_norm_bwd, then norm_partial_sum for dw and db). x and w reach bwd as residual inputs.
+CustomVjp layer_norm_vjp(int64_t rows, int64_t cols, DType dtype, double eps = 1e-5, RowConfig fwd_cfg = {},
+                         NormBwdConfig bwd_cfg = {});
+
+// RMS norm of x[R, N] with weight[N]: y = x * rsqrt(mean(x^2) + eps) * w.
+Call rms_norm(int64_t rows, int64_t cols, DType dtype, double eps = 1e-6, RowConfig cfg = {});
+// (x, w) -> (y, rstd[R]).
+Call rms_norm_fwd(int64_t rows, int64_t cols, DType dtype, double eps = 1e-6, RowConfig cfg = {});
+// (x, w, rstd, dy) -> (dx, dw partials [programs, N]).
+Call rms_norm_bwd(int64_t rows, int64_t cols, DType dtype, NormBwdConfig cfg = {});
+// rms_norm with its backward attached: the pullback gives {dx, dw}.
+CustomVjp rms_norm_vjp(int64_t rows, int64_t cols, DType dtype, double eps = 1e-6, RowConfig fwd_cfg = {},
+                       NormBwdConfig bwd_cfg = {});
+
 // Flash-attention forward: q, k, v of shape [B, H, S, D]; online softmax over KV blocks.
 // block_q / block_k 0: chosen from the head dim (the fastest measured on Hopper, 2026-12-06:
 // 128 x 64 for D <= 64, 128 x 128 for D <= 128, 64 x 64 beyond), halved until they divide S;

@@ -2,6 +2,7 @@
 // PallasCall (kernel IR + grid mapping) into a new one, so the result runs on every backend.
 // See docs/transforms.md.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,107 @@ JvpResult jvp(const Call& call, const std::vector<Array>& primals, const std::ve
 // then one tangent per input with with_tangent[i] set (empty: every floating input), and
 // returns the primal outputs, then one tangent per output.
 Call jvp_call(const Call& call, std::vector<bool> with_tangent = {});
+
+// ---- vjp (reverse mode) through custom_vjp ----
+//
+// A forward call paired with a hand-written backward call, as jax.custom_vjp is used with
+// Pallas (docs/transforms.md, "custom_vjp"):
+//
+//   fwd: inputs -> num_outputs primal outputs, then residuals
+//   bwd: residual inputs, residual outputs, fwd's residuals, then one cotangent per floating
+//        primal output -> one cotangent per differentiable input (in input order)
+//
+//   pl::CustomVjp f = pl::custom_vjp(fwd, bwd, /*num_outputs=*/1, {.residual_inputs = {0}});
+//   pl::Array y = f(x, w);                           // the primal outputs only
+//   auto [outs, pullback] = pl::vjp(f, {x, w});
+//   std::vector<pl::Array> grads = pullback({dy});   // {dx, dw}
+
+struct CustomVjpOptions {
+  // Inputs handed to bwd as residuals, in this order, before the rest (the arrays themselves:
+  // no kernel copies them). JAX's fwd commonly returns x as a residual; here list its index.
+  std::vector<int> residual_inputs;
+  // Primal outputs handed to bwd as residuals, after the residual inputs (softmax's backward
+  // needs y, which is already an output: no second copy is written).
+  std::vector<int> residual_outputs;
+  // Floating inputs that get no cotangent (bwd returns none for them), as nondiff_argnums.
+  // Integer and bool inputs never get one.
+  std::vector<int> nondiff_inputs;
+  // Optional: a call run when only the primal outputs are wanted (CustomVjp::operator()),
+  // e.g. a forward that does not write the residuals. Its outputs must be fwd's first
+  // num_outputs outputs. Empty: fwd is run and its residuals dropped.
+  Call primal;
+};
+
+class CustomVjp;
+// A backward written as host code over Arrays, as JAX's bwd is a Python function: it may run
+// several calls (a kernel, then a reduction of per-program partial sums). It receives the
+// residuals then the cotangents, as a bwd Call would, and returns one cotangent per
+// differentiable input; its results are checked after it returns.
+using BwdFn = std::function<std::vector<Array>(const std::vector<Array>& residuals_then_cotangents)>;
+
+// Pairs fwd with bwd. num_outputs: how many of fwd's outputs (the first ones) are the primal
+// outputs; the rest are residuals. Checked here: counts and indices; at the first vjp: that
+// bwd takes the arguments it is given and returns one cotangent of each differentiable
+// input's shape and dtype.
+CustomVjp custom_vjp(const Call& fwd, const Call& bwd, int num_outputs, CustomVjpOptions opts = {});
+// The same with a backward function; bwd_name names it in messages ("backward function" if empty).
+CustomVjp custom_vjp(const Call& fwd, BwdFn bwd, int num_outputs, CustomVjpOptions opts = {},
+                     std::string bwd_name = {});
+
+// Maps output cotangents to input cotangents (the pullback of a vjp). Holds the residuals.
+class VjpFn {
+ public:
+  VjpFn() = default;
+  // One cotangent per primal output, of its shape and dtype (pl::zero_tangent(), an empty
+  // Array, for zero; integer outputs take only that). Returns one cotangent per input: an
+  // empty Array for inputs without one (integer, bool and nondiff inputs).
+  std::vector<Array> operator()(const std::vector<Array>& cotangents) const;
+  template <class... A, std::enable_if_t<(std::is_convertible_v<const A&, const Array&> && ...), int> = 0>
+  std::vector<Array> operator()(const A&... cotangents) const {
+    return (*this)(std::vector<Array>{cotangents...});
+  }
+  // The arrays bwd receives before the cotangents (residual inputs, residual outputs, fwd's
+  // residuals), e.g. to check what is saved.
+  const std::vector<Array>& residuals() const;
+
+ private:
+  struct State;
+  std::shared_ptr<const State> s_;
+  friend std::pair<std::vector<Array>, VjpFn> vjp(const CustomVjp& f, const std::vector<Array>& primals);
+};
+
+class CustomVjp {
+ public:
+  CustomVjp() = default;
+  // The primal outputs (the `primal` call's, else fwd's first num_outputs).
+  std::vector<Array> operator()(const std::vector<Array>& args) const;
+  template <class... A, std::enable_if_t<(std::is_convertible_v<const A&, const Array&> && ...), int> = 0>
+  Array operator()(const A&... args) const {
+    return single(std::vector<Array>{args...});
+  }
+  const Call& fwd() const;
+  const Call& bwd() const;    // empty when the backward is a BwdFn
+  const BwdFn& bwd_fn() const;  // empty when the backward is a Call
+  int num_outputs() const;  // primal outputs
+  const CustomVjpOptions& options() const;
+  std::string name() const;  // "custom_vjp of kernel 'f' (f.cc:3) with backward kernel 'b' (b.cc:9)"
+
+  struct State;
+
+ private:
+  Array single(const std::vector<Array>& args) const;
+  std::shared_ptr<const State> s_;
+  friend CustomVjp custom_vjp(const Call&, const Call&, int, CustomVjpOptions);
+  friend CustomVjp custom_vjp(const Call&, BwdFn, int, CustomVjpOptions, std::string);
+  friend std::pair<std::vector<Array>, VjpFn> vjp(const CustomVjp& f, const std::vector<Array>& primals);
+};
+
+using VjpResult = std::pair<std::vector<Array>, VjpFn>;
+// The primal outputs of f at primals, and the pullback: auto [outs, f_vjp] = pl::vjp(f, {x});
+VjpResult vjp(const CustomVjp& f, const std::vector<Array>& primals);
+// Reverse mode of a plain pallas_call (automatic transposition of the kernel) is not built
+// yet: this throws a pl::Error that says so and points to custom_vjp.
+VjpResult vjp(const Call& f, const std::vector<Array>& primals);
 
 // ---- vmap (batching) ----
 
