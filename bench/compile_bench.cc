@@ -56,7 +56,9 @@ double nvrtc_ms(const std::string& kernel_src, const std::string& arch, bool rep
   static int compiles = 0;
   const std::string src = kernel_src + "\n__device__ int compile_bench_nonce_" +
                           std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "_" + std::to_string(++compiles) + ";\n";
-  std::vector<std::string> options = pl::cuda::nvrtc_options(arch, false, report);
+  pl::cuda::Target target = pl::cuda::target_from_env("compile_bench", arch);  // PALLAS_FAST_COMPILE applies here too
+  target.lineinfo = false;
+  std::vector<std::string> options = pl::cuda::nvrtc_options(target, report);
   options.insert(options.end(), extra.begin(), extra.end());
   std::vector<const char*> opts;
   for (const std::string& o : options) opts.push_back(o.c_str());

@@ -74,11 +74,13 @@ std::string explain_nvrtc_error(const std::string& log, const std::string& src, 
                  : "";
 }
 
-std::vector<std::string> nvrtc_options(const std::string& arch, bool lineinfo, bool ptxas_report) {
+std::vector<std::string> nvrtc_options(const Target& target, bool ptxas_report) {
+  const std::string& arch = target.arch;
   // -minimal leaves out what generated kernels never use (texture types, the device runtime's
   // API): the front end parses less, about 10 ms less a kernel.
   std::vector<std::string> o = {"--gpu-architecture=" + arch, "-std=c++17", "-default-device", "-minimal", "-diag-suppress=177,550"};
-  if (lineinfo) o.push_back("-lineinfo");
+  if (target.lineinfo) o.push_back("-lineinfo");
+  if (!target.fast_compile.empty()) o.push_back("--Ofast-compile=" + target.fast_compile);
   if (ptxas_report) o.push_back("--ptxas-options=-v");
   return o;
 }
@@ -143,7 +145,7 @@ std::string nvrtc_compile(const Lowered& L, const Target& target, const std::str
   // PALLAS_PTXAS_REPORT=1: ptxas' report of each kernel compiled (registers, spills, and
   // performance notes such as wgmma serialisation) on stderr. It does not change the cubin.
   bool report = std::getenv("PALLAS_PTXAS_REPORT") && std::string(std::getenv("PALLAS_PTXAS_REPORT")) != "0";
-  std::vector<std::string> options = nvrtc_options(target.arch, target.lineinfo, report);
+  std::vector<std::string> options = nvrtc_options(target, report);
   std::vector<const char*> opts;
   for (const std::string& o : options) opts.push_back(o.c_str());
   nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());

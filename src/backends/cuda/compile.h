@@ -53,7 +53,7 @@ CompiledCubin cubin_for(const Lowered& L, const Target& target, const std::strin
 std::string nvrtc_version();
 // The options every generated kernel is compiled with (bench/compile_bench uses them too):
 // straight to a cubin for arch (a virtual arch such as compute_90a gives PTX only).
-std::vector<std::string> nvrtc_options(const std::string& arch, bool lineinfo, bool ptxas_report);
+std::vector<std::string> nvrtc_options(const Target& target, bool ptxas_report);
 // The generated source around the first error of an NVRTC log: at the line the log names in
 // the generated file (cu_name), or, for a kernel source's line (the emitter's #line
 // directives), where the code generated for it starts.

@@ -36,7 +36,7 @@ uint64_t get(const std::string& s, size_t at, int bytes) {
 
 std::string cubin_key(const Lowered& L, const Target& target) {
   std::string k = "pallas cubin|nvrtc " + nvrtc_version();
-  for (const std::string& o : nvrtc_options(target.arch, target.lineinfo, false)) k += "|" + o;
+  for (const std::string& o : nvrtc_options(target, false)) k += "|" + o;
   return k + "\n" + L.source;
 }
 

@@ -18,7 +18,7 @@ bool env_on(const char* name) {
 std::string Target::text() const {
   return (arch.empty() ? std::string("any") : arch) + (tensor_maps ? " maps" : " no-maps") + (aligned ? " aligned" : " unaligned") +
          (no_tma ? " no-tma" : "") + " vec=" + std::to_string(vector_width) + (no_rotation ? " no-rotation" : "") + (pingpong ? " pingpong" : "") +
-         (lineinfo ? " lineinfo" : "");
+         (lineinfo ? " lineinfo" : "") + (fast_compile.empty() ? "" : " fast-compile=" + fast_compile);
 }
 
 Target target_from_env(const std::string& what, const std::string& arch, bool tensor_maps, bool aligned) {
@@ -44,6 +44,15 @@ Target target_from_env(const std::string& what, const std::string& arch, bool te
   // It costs NVRTC about a tenth more time.
   const char* li = std::getenv("PALLAS_LINEINFO");
   t.lineinfo = li ? std::string(li) != "0" : std::getenv("CUDA_INJECTION64_PATH") != nullptr;
+  // PALLAS_FAST_COMPILE=min|mid|max: NVRTC's --Ofast-compile, less optimisation for shorter
+  // first calls (measured on the CPU: a bf16 matmul's compile 227 -> 152 ms at mid; its effect
+  // on the kernels' speed is measured in docs/benchmarks.md before it is ever a default).
+  if (const char* fc = std::getenv("PALLAS_FAST_COMPILE"); fc && *fc && std::string(fc) != "0") {
+    std::string v = fc;
+    if (v != "min" && v != "mid" && v != "max")
+      throw Error(what + ": PALLAS_FAST_COMPILE must be min, mid or max (got '" + v + "'); unset it for NVRTC's full optimisation");
+    t.fast_compile = v;
+  }
   return t;
 }
 

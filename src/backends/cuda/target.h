@@ -18,6 +18,7 @@ struct Target {
   bool no_rotation = false;  // PALLAS_NO_ROTATION
   bool pingpong = false;     // PALLAS_PINGPONG: the warpgroups of a rotated loop take turns
   bool lineinfo = false;     // PALLAS_LINEINFO (default: a profiler injected itself): NVRTC's -lineinfo
+  std::string fast_compile;  // PALLAS_FAST_COMPILE=min|mid|max: NVRTC's --Ofast-compile ("": off)
   // Every field, for keys ("sm_90a tma aligned vec=0 ...").
   std::string text() const;
 };
