@@ -91,7 +91,7 @@ struct RefPlan {
 // The plans of one fori_loop (the loop-plans pass, plan/loops.h).
 struct LoopPlan;
 
-// The grid's programs (grid.cc): which revisited outputs stay in shared memory over the
+// The grid's programs (the resident-outputs and grid-pipeline passes): which revisited outputs stay in shared memory over the
 // sequential loop, and which input blocks the grid pipeline copies ahead.
 struct GridPlan {
   std::vector<bool> resident;  // per output
