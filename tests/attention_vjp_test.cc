@@ -146,6 +146,20 @@ TEST(AttentionVjp, F64MatchesFiniteDifferencesAndReference) {
 
 // f32 (its dots round to tf32, Precision::Default, on both backends) and bf16 against the f64
 // reference of the inputs as stored, with the default blocks.
+// Head dim 128 in f64, against central differences too (blocks of 16 rows).
+TEST(AttentionVjp, F64HeadDim128MatchesFiniteDifferences) {
+  Shape sh{1, 1, 1, 32, 128};
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(describe(sh, causal, pl::f64));
+    pl::kernels::AttentionConfig cfg{.block_q = 16, .block_k = 16, .causal = causal};
+    pl::kernels::AttentionBwdConfig bcfg{.block_q = 16, .block_k = 16};
+    Inputs in = inputs(sh, pl::f64, 31);
+    expect_vjp_matches_fd(pl::kernels::flash_attention_vjp(1, 1, 32, 128, pl::f64, cfg, bcfg), {in.q, in.k, in.v},
+                          {in.d_o}, 1e-6);
+    expect_matches_reference(sh, causal, pl::f64, 1e-13, cfg, bcfg);
+  }
+}
+
 TEST(AttentionVjp, LowPrecisionAgainstF64Reference) {
   Shape sh{1, 2, 2, 128, 64};
   for (bool causal : {false, true})
