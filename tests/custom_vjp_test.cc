@@ -10,6 +10,7 @@
 #include "tests/transforms_util.h"
 
 namespace pl = pallas;
+using tu::expect_vjp_matches_fd;
 using tu::rel_err;
 using tu::vec;
 
@@ -19,40 +20,6 @@ pl::Array N(pl::Shape s, uint64_t seed, pl::DType t = pl::f64) { return pl::rand
 pl::Array from(const std::vector<double>& v, pl::Shape s, pl::DType t = pl::f64) {
   return pl::Array::from_vector(v, std::move(s)).astype(t);
 }
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-  return s;
-}
-
-// For every input k with a cotangent: <grad_k, v> equals sum_o <ct_o, d out_o along v> by
-// central differences of the primal function, for a random direction v on input k alone.
-void expect_vjp_matches_fd(const pl::CustomVjp& f, const std::vector<pl::Array>& x, const std::vector<pl::Array>& ct,
-                           double tol = 1e-6, double eps = 1e-6) {
-  auto [outs, pullback] = pl::vjp(f, x);
-  std::vector<pl::Array> grads = pullback(ct);
-  ASSERT_EQ(grads.size(), x.size());
-  for (size_t k = 0; k < x.size(); ++k) {
-    if (!grads[k].defined()) continue;
-    SCOPED_TRACE("input " + std::to_string(k));
-    ASSERT_EQ(grads[k].shape_dtype(), x[k].shape_dtype());
-    pl::Array v = N(x[k].shape(), 1000 + k);
-    std::vector<pl::Array> xp = x, xm = x;
-    xp[k] = tu::axpy(x[k], eps, v);
-    xm[k] = tu::axpy(x[k], -eps, v);
-    auto op = f(xp), om = f(xm);
-    double want = 0;
-    for (size_t o = 0; o < op.size(); ++o) {
-      if (!ct[o].defined()) continue;
-      auto a = vec(op[o]), b = vec(om[o]);
-      for (size_t i = 0; i < a.size(); ++i) a[i] = (a[i] - b[i]) / (2 * eps);
-      want += dot(vec(ct[o]), a);
-    }
-    double got = dot(vec(grads[k]), vec(v));
-    EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << "directional derivative of input " << k;
-  }
-}
-
 // ---- a user's pair: y = sin(x) * w * n, with n an integer input ----
 const pl::Shape kX{8, 16};
 

@@ -62,6 +62,41 @@ inline void expect_jvp_matches_fd(const pl::Call& call, const std::vector<pl::Ar
   }
 }
 
+inline double vdot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// For every input k with a cotangent: <grad_k, v> equals sum_o <ct_o, d out_o along v> by
+// central differences of the primal function f(...), for a random direction v (f64 normal,
+// seed 1000 + k) on input k alone. (custom_vjp_test.cc, attention_vjp_test.cc)
+inline void expect_vjp_matches_fd(const pl::CustomVjp& f, const std::vector<pl::Array>& x,
+                                  const std::vector<pl::Array>& ct, double tol = 1e-6, double eps = 1e-6) {
+  auto [outs, pullback] = pl::vjp(f, x);
+  std::vector<pl::Array> grads = pullback(ct);
+  ASSERT_EQ(grads.size(), x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (!grads[k].defined()) continue;
+    SCOPED_TRACE("input " + std::to_string(k));
+    ASSERT_EQ(grads[k].shape_dtype(), x[k].shape_dtype());
+    pl::Array v = pl::random::normal(x[k].shape(), pl::f64, 1000 + k);
+    std::vector<pl::Array> xp = x, xm = x;
+    xp[k] = axpy(x[k], eps, v);
+    xm[k] = axpy(x[k], -eps, v);
+    auto op = f(xp), om = f(xm);
+    double want = 0;
+    for (size_t o = 0; o < op.size(); ++o) {
+      if (!ct[o].defined()) continue;
+      auto a = vec(op[o]), b = vec(om[o]);
+      for (size_t i = 0; i < a.size(); ++i) a[i] = (a[i] - b[i]) / (2 * eps);
+      want += vdot(vec(ct[o]), a);
+    }
+    double got = vdot(vec(grads[k]), vec(v));
+    EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << "directional derivative of input " << k;
+  }
+}
+
 inline pl::BlockSpec rows(int64_t br, int64_t cols) {
   return pl::BlockSpec({br, cols}, [](pl::Value i) { return pl::idx(i, 0); });
 }

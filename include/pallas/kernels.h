@@ -83,14 +83,50 @@ CustomVjp rms_norm_vjp(int64_t rows, int64_t cols, DType dtype, double eps = 1e-
 // 128 x 64 for D <= 64, 128 x 128 for D <= 128, 64 x 64 beyond), halved until they divide S;
 // with block_q chosen, num_warps 0 means 8 for 128 query rows, else 4. Given blocks must
 // divide S.
+// kv_heads: grouped-query attention, k and v of shape [B, kv_heads, S, D], query head h reading
+// kv head h / (heads / kv_heads); 0 means kv_heads = heads. f16/bf16/f32 compute in f32 (the
+// dots round f32 to tf32, Precision::Default), f64 in f64.
 struct AttentionConfig {
   int64_t block_q = 0, block_k = 0;
   bool causal = false;
   double sm_scale = 0;  // 0: 1/sqrt(D)
   CompilerParams compiler_params = {};
   bool interpret = false;
+  int64_t kv_heads = 0;
 };
 Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                      AttentionConfig cfg = {});
+
+// ---- flash attention backward (FlashAttention-2), docs/transforms.md "Backward kernels" ----
+// (q, k, v) -> (o, lse [B, H, S]): the forward that also writes L = m + log(l), the natural
+// logsumexp of each query row's scaled scores (f32; f64 for f64), the backward's residual.
+Call flash_attention_fwd(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                         AttentionConfig cfg = {});
+// Blocks of the backward kernels (0: 64, halved until it divides S; given blocks must divide S).
+// dK/dV kernel: block_k keys per program, block_q query rows per loop step; dQ kernel: block_q
+// query rows per program, block_k keys per loop step; the preprocess: block_q rows per program.
+struct AttentionBwdConfig {
+  int64_t block_q = 0, block_k = 0;
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+// (o, do) -> delta [B, H, S] = rowsum(o * do) (f32; f64 for f64).
+Call flash_attention_bwd_preprocess(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                                    AttentionBwdConfig cfg = {});
+// (q, k, v, do, lse, delta) -> (dk, dv), k/v-shaped. attn gives causal, sm_scale and kv_heads
+// (its blocks are the forward's and not used here). Grid (B, kv_heads, S / block_k); each
+// program loops over the query blocks of every query head of its group (causal: from the
+// diagonal on), summing the group's contributions.
+Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                              AttentionConfig attn = {}, AttentionBwdConfig cfg = {});
+// (q, k, v, do, lse, delta) -> dq. Grid (B, heads, S / block_q); each program loops over the
+// key blocks (causal: up to the diagonal).
+Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                            AttentionConfig attn = {}, AttentionBwdConfig cfg = {});
+// flash_attention (q, k, v) -> o with its backward attached: the pullback gives {dq, dk, dv}
+// (flash_attention_bwd_preprocess, then the dK/dV and dQ kernels). q, k, v reach bwd as residual
+// inputs and o as a residual output (no copies), then lse; f(q, k, v) runs flash_attention.
+CustomVjp flash_attention_vjp(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                              AttentionConfig cfg = {}, AttentionBwdConfig bwd_cfg = {});
 
 }  // namespace pallas::kernels

@@ -1,0 +1,208 @@
+// Flash-attention backward (FlashAttention-2, Dao 2023, Algorithm 2), written in the kernel
+// language as a user writes it from the paper, and the custom_vjp pair that attaches it to
+// flash_attention.
+//
+// The forward keeps L = m + log(l) per query row (flash_attention_fwd). The backward then never
+// holds a softmax row: it recomputes P = exp(Q K^T * scale - L) block by block.
+//   1. preprocess: delta = rowsum(O * dO) per query row;
+//   2. dK/dV: one program per key block (of each kv head), looping over the query blocks (of
+//      every query head in its group): S = Q K^T * scale, P = exp(S - L), dV += P^T dO,
+//      dP = dO V^T, dS = P * (dP - delta), dK += dS^T Q (scaled once at the end);
+//   3. dQ: one program per query block, looping over the key blocks: the same S, P, dP, dS,
+//      then dQ += dS K (scaled once at the end).
+// Causal: loops start (dK/dV) or stop (dQ) at the diagonal, and the blocks are masked as the
+// forward masks them. f16/bf16/f32 compute in f32, f64 in f64.
+#include <cmath>
+
+#include "kernels/attention_common.h"
+#include "pallas/kernels.h"
+
+namespace pallas::kernels {
+
+namespace {
+using namespace detail_attention;
+
+DType acc_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
+
+struct BwdShape {
+  int64_t bq, bk, kv_heads, group;
+  double scale;
+};
+
+BwdShape bwd_shape(const char* kname, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                   const AttentionConfig& attn, const AttentionBwdConfig& cfg) {
+  check_attention(kname, batch, heads, seq, head_dim, dtype, attn.kv_heads);
+  BwdShape s;
+  s.bq = block_size(kname, "block_q", cfg.block_q, 64, seq);
+  s.bk = block_size(kname, "block_k", cfg.block_k, 64, seq);
+  s.kv_heads = attn.kv_heads ? attn.kv_heads : heads;
+  s.group = heads / s.kv_heads;
+  s.scale = softmax_scale(attn, head_dim);
+  return s;
+}
+
+std::string with_causal(const char* name, bool causal) { return std::string(name) + (causal ? "_causal" : ""); }
+
+}  // namespace
+
+Call flash_attention_bwd_preprocess(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                                    AttentionBwdConfig cfg) {
+  const char* kname = "flash_attention_bwd_preprocess";
+  check_attention(kname, batch, heads, seq, head_dim, dtype, 0);
+  int64_t bq = block_size(kname, "block_q", cfg.block_q, 64, seq);
+  DType acc = acc_dtype(dtype);
+  auto kernel = [=](Ref o, Ref d_o, Ref delta) { delta[all] = sum(o[all].astype(acc) * d_o[all].astype(acc), 1); };
+  BlockSpec rows({squeezed, squeezed, bq, head_dim}, [](Value b, Value h, Value i) { return idx(b, h, i, 0); });
+  BlockSpec stat({squeezed, squeezed, bq}, [](Value b, Value h, Value i) { return idx(b, h, i); });
+  return pallas_call(kernel, ShapeDtype({batch, heads, seq}, acc),
+                     {.grid = {batch, heads, seq / bq},
+                      .in_specs = {rows, rows},
+                      .out_specs = {stat},
+                      .interpret = cfg.interpret,
+                      .name = kname,
+                      .compiler_params = cfg.compiler_params});
+}
+
+Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                              AttentionConfig attn, AttentionBwdConfig cfg) {
+  const char* kname = "flash_attention_bwd_dkdv";
+  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg);
+  const int64_t bq = sh.bq, bk = sh.bk, group = sh.group, nq = seq / bq;
+  const double scale = sh.scale;
+  const bool causal = attn.causal;
+  DType acc = acc_dtype(dtype);
+  auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref do_ref, Ref lse_ref, Ref delta_ref, Ref dk_ref, Ref dv_ref) {
+    Value j = program_id(2);
+    Value k = k_ref[all];
+    Value v = v_ref[all];
+    // Causal: query blocks that end before this key block starts see none of it.
+    Value i0 = causal ? Value(j * bk / bq) : Value(0);
+    Value count = nq - i0;  // query blocks per query head
+    // One step per (query head of the group, query block). Without grouping the q, do, lse and
+    // delta blocks hold one head (squeezed); with it, the group's heads, indexed by g.
+    auto body = [&](Value t, std::vector<Value> c) {
+      Value i = group == 1 ? i0 + t : i0 + t % count;
+      Value g = group == 1 ? Value(0) : t / count;
+      auto rows = [&](const Ref& r) { return group == 1 ? r(ds(i * bq, bq), all) : r(g, ds(i * bq, bq), all); };
+      auto stat = [&](const Ref& r) { return group == 1 ? r(ds(i * bq, bq)) : r(g, ds(i * bq, bq)); };
+      Value q = rows(q_ref);
+      Value d_o = rows(do_ref);
+      Value l = stat(lse_ref);
+      Value dl = stat(delta_ref);
+      Value s = dot(q, k, {.trans_b = true}) * scale;  // [bq, bk]
+      if (causal) {
+        Value r = i * bq + iota(DType::I32, {bq, bk}, 0);
+        Value cl = j * bk + iota(DType::I32, {bq, bk}, 1);
+        s = where(r >= cl, s, -INFINITY);
+      }
+      Value p = exp(s - expand_dims(l, 1));
+      Value dv = c[1] + dot(p.astype(dtype), d_o, {.trans_a = true});  // P^T dO: [bk, D]
+      Value dp = dot(d_o, v, {.trans_b = true});                      // dO V^T: [bq, bk]
+      Value dsc = p * (dp - expand_dims(dl, 1));
+      Value dk = c[0] + dot(dsc.astype(dtype), q, {.trans_a = true});  // dS^T Q: [bk, D]
+      return std::vector<Value>{dk, dv};
+    };
+    auto outs = fori_loop(0, count * group, std::vector<Value>{zeros({bk, head_dim}, acc), zeros({bk, head_dim}, acc)},
+                          body);
+    dk_ref[all] = (outs[0] * scale).astype(dtype);
+    dv_ref[all] = outs[1].astype(dtype);
+  };
+  BlockSpec kv({squeezed, squeezed, bk, head_dim}, [](Value b, Value h, Value j) { return idx(b, h, j, 0); });
+  BlockSpec rows = group == 1 ? BlockSpec({squeezed, squeezed, seq, head_dim},
+                                          [](Value b, Value h, Value) { return idx(b, h, 0, 0); })
+                              : BlockSpec({squeezed, group, seq, head_dim},
+                                          [](Value b, Value h, Value) { return idx(b, h, 0, 0); });
+  BlockSpec stat = group == 1
+                       ? BlockSpec({squeezed, squeezed, seq}, [](Value b, Value h, Value) { return idx(b, h, 0); })
+                       : BlockSpec({squeezed, group, seq}, [](Value b, Value h, Value) { return idx(b, h, 0); });
+  ShapeDtype kv_shape({batch, sh.kv_heads, seq, head_dim}, dtype);
+  int64_t flops = 8 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  return pallas_call(kernel, std::vector<ShapeDtype>{kv_shape, kv_shape},
+                     {.grid = {batch, sh.kv_heads, seq / bk},
+                      .in_specs = {rows, kv, kv, rows, stat, stat},
+                      .out_specs = {kv, kv},
+                      .interpret = cfg.interpret,
+                      .name = with_causal(kname, causal),
+                      .compiler_params = cfg.compiler_params,
+                      .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
+}
+
+Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                            AttentionConfig attn, AttentionBwdConfig cfg) {
+  const char* kname = "flash_attention_bwd_dq";
+  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg);
+  const int64_t bq = sh.bq, bk = sh.bk, group = sh.group;
+  const double scale = sh.scale;
+  const bool causal = attn.causal;
+  DType acc = acc_dtype(dtype);
+  auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref do_ref, Ref lse_ref, Ref delta_ref, Ref dq_ref) {
+    Value i = program_id(2);
+    Value q = q_ref[all];
+    Value d_o = do_ref[all];
+    Value l = expand_dims(lse_ref[all], 1);
+    Value dl = expand_dims(delta_ref[all], 1);
+    // Causal: key blocks past the diagonal are skipped by the loop bound.
+    Value hi = causal ? Value((i + 1) * bq + bk - 1) / bk : Value(seq / bk);
+    Value dq = fori_loop(0, hi, Value(zeros({bq, head_dim}, acc)), [&](Value j, Value acc_dq) {
+      Value kb = k_ref(ds(j * bk, bk), all);
+      Value vb = v_ref(ds(j * bk, bk), all);
+      Value s = dot(q, kb, {.trans_b = true}) * scale;  // [bq, bk]
+      if (causal) {
+        Value r = i * bq + iota(DType::I32, {bq, bk}, 0);
+        Value cl = j * bk + iota(DType::I32, {bq, bk}, 1);
+        s = where(r >= cl, s, -INFINITY);
+      }
+      Value p = exp(s - l);
+      Value dp = dot(d_o, vb, {.trans_b = true});  // dO V^T: [bq, bk]
+      Value dsc = p * (dp - dl);
+      return acc_dq + dot(dsc.astype(dtype), kb);  // dS K: [bq, D]
+    });
+    dq_ref[all] = (dq * scale).astype(dtype);
+  };
+  BlockSpec rows({squeezed, squeezed, bq, head_dim}, [](Value b, Value h, Value i) { return idx(b, h, i, 0); });
+  BlockSpec stat({squeezed, squeezed, bq}, [](Value b, Value h, Value i) { return idx(b, h, i); });
+  BlockSpec kv = group == 1 ? BlockSpec({squeezed, squeezed, seq, head_dim},
+                                        [](Value b, Value h, Value) { return idx(b, h, 0, 0); })
+                            : BlockSpec({squeezed, squeezed, seq, head_dim},
+                                        [group](Value b, Value h, Value) { return idx(b, h / group, 0, 0); });
+  int64_t flops = 6 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  return pallas_call(kernel, ShapeDtype({batch, heads, seq, head_dim}, dtype),
+                     {.grid = {batch, heads, seq / bq},
+                      .in_specs = {rows, kv, kv, rows, stat, stat},
+                      .out_specs = {rows},
+                      .interpret = cfg.interpret,
+                      .name = with_causal(kname, causal),
+                      .compiler_params = cfg.compiler_params,
+                      .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
+}
+
+CustomVjp flash_attention_vjp(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
+                              AttentionConfig cfg, AttentionBwdConfig bwd_cfg) {
+  Call fwd = flash_attention_fwd(batch, heads, seq, head_dim, dtype, cfg);
+  Call primal = flash_attention(batch, heads, seq, head_dim, dtype, cfg);
+  Call pre = flash_attention_bwd_preprocess(batch, heads, seq, head_dim, dtype, bwd_cfg);
+  Call dkdv = flash_attention_bwd_dkdv(batch, heads, seq, head_dim, dtype, cfg, bwd_cfg);
+  Call dq = flash_attention_bwd_dq(batch, heads, seq, head_dim, dtype, cfg, bwd_cfg);
+  // Traced now for the shapes they were made for, so that arrays of other shapes are refused
+  // at the first call rather than read as padded blocks.
+  int64_t kv_heads = cfg.kv_heads ? cfg.kv_heads : heads;
+  ShapeDtype qs({batch, heads, seq, head_dim}, dtype), kvs({batch, kv_heads, seq, head_dim}, dtype);
+  ShapeDtype stat({batch, heads, seq}, dtype == DType::F64 ? DType::F64 : DType::F32);
+  fwd.trace({qs, kvs, kvs});
+  primal.trace({qs, kvs, kvs});
+  pre.trace({qs, qs});
+  dkdv.trace({qs, kvs, kvs, qs, stat, stat});
+  dq.trace({qs, kvs, kvs, qs, stat, stat});
+  // a = {q, k, v (residual inputs), o (a residual output), lse (fwd's residual), do}.
+  BwdFn f = [pre, dkdv, dq](const std::vector<Array>& a) {
+    const Array &q = a[0], &k = a[1], &v = a[2], &o = a[3], &lse = a[4], &d_o = a[5];
+    Array delta = pre({o, d_o})[0];
+    std::vector<Array> kv = dkdv({q, k, v, d_o, lse, delta});
+    Array dqa = dq({q, k, v, d_o, lse, delta})[0];
+    return std::vector<Array>{dqa, kv[0], kv[1]};
+  };
+  return custom_vjp(fwd, f, 1, {.residual_inputs = {0, 1, 2}, .residual_outputs = {0}, .primal = primal},
+                    "flash_attention_bwd_preprocess + flash_attention_bwd_dkdv + flash_attention_bwd_dq");
+}
+
+}  // namespace pallas::kernels
