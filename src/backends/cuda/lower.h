@@ -11,6 +11,7 @@
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "src/backends/cuda/plan/kernel_plan.h"
@@ -87,7 +88,6 @@ class Emitter {
   int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
   std::ostringstream body;
-  int depth = 1;
   std::unordered_map<int64_t, std::string> names;  // IR var id -> C expression
   std::vector<std::string> program_ids, grid_sizes;  // per grid axis: C expressions
   std::unordered_map<int64_t, RefInfo> refs;
@@ -143,6 +143,25 @@ class Emitter {
   std::string tensor_map(const TensorMapSpec& m);
 
   void line(const std::string& s);
+  // Braces by scope: E.block("for (...) {") prints its opening line and indents the lines
+  // printed while the Block lives; its end (leaving scope, or close()) un-indents and prints
+  // `close` ("" prints nothing: a branch the next one's `} else {` ends, a braceless statement).
+  class Block {
+   public:
+    Block(Block&& o) noexcept : E_(std::exchange(o.E_, nullptr)), close_(std::move(o.close_)) {}
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+    Block& operator=(Block&&) = delete;
+    ~Block() { close(); }
+    void close();
+
+   private:
+    friend class Emitter;
+    Block(Emitter& E, std::string close) : E_(&E), close_(std::move(close)) {}
+    Emitter* E_;
+    std::string close_;
+  };
+  [[nodiscard]] Block block(const std::string& open, std::string close = "}");
   std::string fresh(const std::string& prefix = "t");
   [[noreturn]] void fail(const ir::Eqn& e, const std::string& why) const;
   // Names and element expressions.
@@ -201,6 +220,7 @@ class Emitter {
   void bind(const ir::Var& inner, const ir::Atom& outer);
 
  private:
+  int depth_ = 1;  // the indentation of line(), in steps of two spaces (Block)
   void foreach_fragments(const ValueLayout& L, const std::function<void()>& f);
   std::string put_tile(const ir::Atom& a, const std::string& at);  // put_shared's writes, at C address `at`
   // as_layout's conversions, one map (var and layout -> name) per C scope open in emit_eqns
