@@ -142,7 +142,7 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
     E.line(decl + ";");
     {
       Emitter::Block index_map = E.block("{");
-      for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pids[g];
+      for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.bind_name(im.invars[g], pids[g]);
       for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q) E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
       E.emit_eqns(im);
       for (size_t d = 0; d < c.size(); ++d) E.line(c[d] + " = (int)(" + E.name(im.outvars[d]) + ") * " + std::to_string(bm.block_shape[d]) + ";");

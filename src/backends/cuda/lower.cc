@@ -96,10 +96,19 @@ std::string Emitter::lit(const ir::Literal& l) const {
 std::string Emitter::name(const ir::Atom& a) const {
   if (auto* l = std::get_if<ir::Literal>(&a)) return lit(*l);
   const ir::Var& v = std::get<ir::Var>(a);
-  auto it = names.find(v.id);
-  if (it == names.end()) throw Error(what + ": CUDA lowering: variable %" + std::to_string(v.id) + " used before definition");
+  auto it = names_.find(v.id);
+  if (it == names_.end()) throw Error(what + ": CUDA lowering: variable %" + std::to_string(v.id) + " used before definition");
   return it->second;
 }
+
+void Emitter::bind_name(const ir::Var& v, std::string expr) { names_[v.id] = std::move(expr); }
+
+std::optional<std::string> Emitter::bound_name(const ir::Var& v) const {
+  auto it = names_.find(v.id);
+  return it == names_.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
+void Emitter::unbind_name(const ir::Var& v) { names_.erase(v.id); }
 
 std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
   ir::Aval av = ir::atom_aval(a);
@@ -108,7 +117,7 @@ std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
 
 void Emitter::declare(const ir::Var& v) {
   std::string n = fresh("v");
-  names[v.id] = n;
+  bind_name(v, n);
   if (scalar_like(v.aval)) line(ctype(v.aval.dtype) + " " + n + ";");
   else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(slots(v)) + "];");
 }
@@ -205,7 +214,7 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
     refs[inner.id] = it->second;
     return;
   }
-  names[inner.id] = name(outer);
+  bind_name(inner, name(outer));
 }
 
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
@@ -229,8 +238,8 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       ValueLayout want = operand_layout(plan, e, i, of), have = layout_of(*v);
       if (want == have) continue;
       std::string n = as_layout(*v, want, /*reuse=*/true);
-      saved.push_back({v->id, {names.at(v->id), have}});
-      names[v->id] = n;
+      saved.push_back({v->id, {names_.at(v->id), have}});
+      names_[v->id] = n;
       if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
       else value_layouts[v->id] = want;
     }
@@ -246,7 +255,7 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       if (auto t = eqn_text->find(&e); t != eqn_text->end()) line("// " + t->second);
     r(*this, e);
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
-      names[it->first] = it->second.first;
+      names_[it->first] = it->second.first;
       if (it->second.second.kind == ValueLayout::Blocked) value_layouts.erase(it->first);
       else value_layouts[it->first] = it->second.second;
     }
@@ -390,7 +399,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     E.line("// " + bm.what);
     // The index-map code runs in a scope, which assigns its outputs (the origins) to outer variables.
     Emitter::Block scope = E.block("{");
-    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pid[g];
+    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.bind_name(im.invars[g], pid[g]);
     for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q)
       E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
     E.emit_eqns(im);

@@ -7,6 +7,7 @@
 // dot, cumsum, gathers) exchange through shared memory; row reductions shuffle in warps.
 #pragma once
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -88,7 +89,6 @@ class Emitter {
   int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
   std::ostringstream body;
-  std::unordered_map<int64_t, std::string> names;  // IR var id -> C expression
   std::vector<std::string> program_ids, grid_sizes;  // per grid axis: C expressions
   std::unordered_map<int64_t, RefInfo> refs;
   size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
@@ -166,6 +166,11 @@ class Emitter {
   [[noreturn]] void fail(const ir::Eqn& e, const std::string& why) const;
   // Names and element expressions.
   std::string name(const ir::Atom& a) const;
+  // Binds var v to the C expression `expr`: its name in the code printed from here on.
+  void bind_name(const ir::Var& v, std::string expr);
+  // v's name if it has one, and the removal of it (for a rule that renames a var for a while).
+  std::optional<std::string> bound_name(const ir::Var& v) const;
+  void unbind_name(const ir::Var& v);
   static bool scalar_like(const ir::Aval& a) { return a.size() == 1; }
   int64_t per_thread(const Shape& s) const { return (shape_size(s) + int64_t{nt} * vec - 1) / (int64_t{nt} * vec) * vec; }
   std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
@@ -221,6 +226,7 @@ class Emitter {
 
  private:
   int depth_ = 1;  // the indentation of line(), in steps of two spaces (Block)
+  std::unordered_map<int64_t, std::string> names_;  // IR var id -> C expression
   void foreach_fragments(const ValueLayout& L, const std::function<void()>& f);
   std::string put_tile(const ir::Atom& a, const std::string& at);  // put_shared's writes, at C address `at`
   // as_layout's conversions, one map (var and layout -> name) per C scope open in emit_eqns

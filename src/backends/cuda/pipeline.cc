@@ -154,7 +154,7 @@ void issue_tma(Emitter& E, const PipelinedLoad& l, const std::string& dst, const
 
 // The copies of issue(), inside its guard.
 void issue_copies(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& issuer) {
-  E.names[body.invars[0].id] = "(" + it + ")";
+  E.bind_name(body.invars[0], "(" + it + ")");
   std::unordered_set<const ir::Eqn*> done;  // index eqns two loads share are emitted once
   auto index_eqns = [&](const PipelinedLoad& l) {
     for (const ir::Eqn* x : l.index_eqns)
@@ -584,7 +584,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
     refill();
   }
   E.operand_tiles_fenced = true;
-  E.names[body.invars[0].id] = it;
+  E.bind_name(body.invars[0], it);
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
     std::string stage = stage_at(p, it, lo, l.off);

@@ -74,11 +74,11 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   // runs f with r naming the carried r of the iteration before (r(i) is named only later in
   // the body, if at all yet)
   auto with_carried_rows = [&](const std::function<void()>& f) {
-    auto saved_rows = r.rows && E.names.count(r.rows->id) ? std::optional<std::string>(E.names.at(r.rows->id)) : std::nullopt;
-    if (r.rows) E.names[r.rows->id] = rc;
+    auto saved_rows = r.rows ? E.bound_name(*r.rows) : std::nullopt;
+    if (r.rows) E.bind_name(*r.rows, rc);
     f();
-    if (saved_rows) E.names[r.rows->id] = *saved_rows;
-    else if (r.rows) E.names.erase(r.rows->id);
+    if (saved_rows) E.bind_name(*r.rows, *saved_rows);
+    else if (r.rows) E.unbind_name(*r.rows);
   };
   // the second dot of iteration `it` from the carried p and r and its stage
   auto issue_second = [&](const std::string& it, bool in_flight) {

@@ -65,7 +65,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
   if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
   std::string T = ctype(ir::atom_aval(e.in[0]).dtype);
   auto bind_carries = [&] {
-    for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
+    for (size_t c = 0; c < nc; ++c) E.bind_name(body.invars[1 + c], E.name(e.out[c]));
   };
   std::vector<size_t> plain;
   for (size_t c = 0; c < nc; ++c)
@@ -76,7 +76,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
     std::string i = E.fresh("it");
     Emitter::Block loop = E.block("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
     if (pipe.stages) pipeline_iteration(E, pipe, body, i, lo, hi);
-    E.names[body.invars[0].id] = i;
+    E.bind_name(body.invars[0], i);
     bind_carries();
     E.emit_eqns(body);
     assign_outs(E, body, e.out, plain);
@@ -101,13 +101,13 @@ void while_(Emitter& E, const ir::Eqn& e) {
   E.line("bool " + go + ";");
   {
     Emitter::Block test = E.block("{");
-    for (size_t c = 0; c < nc; ++c) E.names[cj.invars[c].id] = E.name(e.out[c]);
+    for (size_t c = 0; c < nc; ++c) E.bind_name(cj.invars[c], E.name(e.out[c]));
     for (size_t q = 0; q < ncc; ++q) E.bind(cj.invars[nc + q], e.in[nc + q]);
     E.emit_eqns(cj);
     E.line(go + " = " + E.name(cj.outvars[0]) + ";");
   }
   E.line("if (!" + go + ") break;");
-  for (size_t c = 0; c < nc; ++c) E.names[bj.invars[c].id] = E.name(e.out[c]);
+  for (size_t c = 0; c < nc; ++c) E.bind_name(bj.invars[c], E.name(e.out[c]));
   for (size_t q = nc; q < bj.invars.size(); ++q) E.bind(bj.invars[q], e.in[ncc + q]);
   E.emit_eqns(bj);
   assign_outs(E, bj, e.out);

@@ -409,7 +409,7 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   ir::Aval in = ir::atom_aval(e.in[0]);
   const ir::Var& o = e.out[0];
   if (Emitter::scalar_like(in)) {
-    if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(o.aval)) { E.bind_name(o, E.name(e.in[0])); return; }
     E.declare(o);
     E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
     E.uniform[o.id] = E.name(e.in[0]);
@@ -417,7 +417,7 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   }
   if (E.layout_of(e.in[0]).kind == ValueLayout::Rows) {  // row statistics: in registers already
     ValueLayout out = E.layout_of(o);
-    if (out.kind == ValueLayout::Rows) { E.names[o.id] = E.name(e.in[0]); return; }  // [M] -> [M, 1]
+    if (out.kind == ValueLayout::Rows) { E.bind_name(o, E.name(e.in[0])); return; }  // [M] -> [M, 1]
     E.declare(o);
     E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + "[rk];"); });
     return;
@@ -491,12 +491,12 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     });
   });
   t.set(PrimId::broadcast_in_dim, broadcast);
-  auto same_order = [](Emitter& E, const ir::Eqn& e) { E.names[e.out[0].id] = E.name(e.in[0]); };
+  auto same_order = [](Emitter& E, const ir::Eqn& e) { E.bind_name(e.out[0], E.name(e.in[0])); };
   t.set(PrimId::reshape, same_order);
   t.set(PrimId::squeeze, same_order);
   t.set(PrimId::transpose, [](Emitter& E, const ir::Eqn& e) {
     ir::Aval in = ir::atom_aval(e.in[0]);
-    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(in)) { E.bind_name(e.out[0], E.name(e.in[0])); return; }
     auto perm = e.params.get<std::vector<int64_t>>("permutation");
     auto st = row_major_strides(in.shape);
     gather(E, e, [&](const std::vector<std::string>& oi) {
@@ -540,7 +540,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::argmin, arg);
   t.set(PrimId::cumsum, [](Emitter& E, const ir::Eqn& e) {
     ir::Aval in = ir::atom_aval(e.in[0]);
-    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(in)) { E.bind_name(e.out[0], E.name(e.in[0])); return; }
     int ax = static_cast<int>(e.params.get_int("axis"));
     if (ax < 0) ax += in.ndim();
     std::string T = compute_type(in.dtype);
