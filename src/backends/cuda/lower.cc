@@ -47,7 +47,7 @@ std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ?
 // 768 slots a thread, unrolled).
 std::string unroll_pragma(int64_t slots) { return slots > 256 ? "#pragma unroll 4" : "#pragma unroll"; }
 
-void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth_) * 2, ' ') << s << "\n"; }
+void Emitter::line(const std::string& s) { body_ << std::string(static_cast<size_t>(depth_) * 2, ' ') << s << "\n"; }
 
 Emitter::Block Emitter::block(const std::string& open, std::string close) {
   line(open);
@@ -64,7 +64,7 @@ void Emitter::Block::close() {
 
 // Generated names count up within one lowering, so the same call always gives the same
 // source (and the disk cache, keyed by the source, hits across processes).
-std::string Emitter::fresh(const std::string& prefix) { return "_" + prefix + std::to_string(++name_counter); }
+std::string Emitter::fresh(const std::string& prefix) { return "_" + prefix + std::to_string(++name_counter_); }
 
 void Emitter::fail(const ir::Eqn& e, const std::string& why) const {
   throw Error(what + ": the CUDA backend cannot lower primitive '" + e.prim->name + "': " + why +
@@ -163,10 +163,12 @@ std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) 
 
 size_t Emitter::reserve(size_t off, const ir::Aval& a) {
   size_t end = (off + static_cast<size_t>(a.size()) * itemsize(a.dtype) + 15) & ~size_t{15};
-  if (end > xbytes) xbytes = end;
+  if (end > xbytes_) xbytes_ = end;
   smem_peak = std::max(smem_peak, xoff + end);
   return end;
 }
+
+size_t Emitter::smem_bytes() const { return std::max(xoff + xbytes_, smem_peak); }
 
 std::string Emitter::put_shared(const ir::Atom& a, size_t off) { return put_tile(a, "smem + " + std::to_string(xoff + off)); }
 
@@ -179,7 +181,7 @@ std::string Emitter::put_exchange(const ir::Atom& a) {
   }
   // Past the device's shared memory: this CUDA block's region of global scratch (the kernel's
   // last parameter, sized by the runner), read back through L1/L2 after the same barrier.
-  global_exchange_bytes = std::max(global_exchange_bytes, bytes);
+  global_exchange_bytes_ = std::max(global_exchange_bytes_, bytes);
   return put_tile(a, "gx");
 }
 
@@ -240,8 +242,8 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       std::string n = as_layout(*v, want, /*reuse=*/true);
       saved.push_back({v->id, {names_.at(v->id), have}});
       names_[v->id] = n;
-      if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
-      else value_layouts[v->id] = want;
+      if (want.kind == ValueLayout::Blocked) value_layouts_.erase(v->id);
+      else value_layouts_[v->id] = want;
     }
     // The kernel source's line that made the eqn: NVRTC's messages and the line table
     // (-lineinfo, for profilers) point there; the eqns after it without a place of their own
@@ -251,13 +253,13 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       for (const char* c = e.loc.file; *c; ++c) f += (*c == '"' || *c == '\\') ? std::string("\\") + *c : std::string(1, *c);
       line("#line " + std::to_string(e.loc.line) + " \"" + f + "\"");
     }
-    if (eqn_text)
-      if (auto t = eqn_text->find(&e); t != eqn_text->end()) line("// " + t->second);
+    if (eqn_text_)
+      if (auto t = eqn_text_->find(&e); t != eqn_text_->end()) line("// " + t->second);
     r(*this, e);
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
       names_[it->first] = it->second.first;
-      if (it->second.second.kind == ValueLayout::Blocked) value_layouts.erase(it->first);
-      else value_layouts[it->first] = it->second.second;
+      if (it->second.second.kind == ValueLayout::Blocked) value_layouts_.erase(it->first);
+      else value_layouts_[it->first] = it->second.second;
     }
   }
   conversions_.pop_back();
@@ -267,8 +269,8 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
 
 std::string Emitter::tensor_map(const TensorMapSpec& m) {
   size_t i = 0;
-  while (i < tensor_maps.size() && !(tensor_maps[i] == m)) ++i;
-  if (i == tensor_maps.size()) tensor_maps.push_back(m);
+  while (i < tensor_maps_.size() && !(tensor_maps_[i] == m)) ++i;
+  if (i == tensor_maps_.size()) tensor_maps_.push_back(m);
   return "tm" + std::to_string(i);
 }
 
@@ -333,9 +335,8 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   L.threads = plan.threads;
   L.name = plan.name;
   L.plan_text = plan.text();
-  Emitter E(plan, call.what);
   std::unordered_map<const ir::Eqn*, std::string> eqn_text = ir::eqn_lines(*call.kernel);
-  E.eqn_text = &eqn_text;
+  Emitter E(plan, call.what, &eqn_text);
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;
@@ -595,13 +596,13 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   for (size_t o = 0; o < nout; ++o)
     if (resident[o]) copy_resident(o, false);
 
-  L.smem_bytes = std::max(E.xoff + E.xbytes, E.smem_peak);
-  L.global_exchange_bytes = E.global_exchange_bytes;
+  L.smem_bytes = E.smem_bytes();
+  L.global_exchange_bytes = E.global_exchange_bytes();
   L.smem_limit = plan.smem_limit;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;
-  L.tensor_maps = E.tensor_maps;
+  L.tensor_maps = E.tensor_maps();
   L.persistent = gp && gp->persistent;
   for (size_t m = 0; m < L.tensor_maps.size(); ++m) params += ", const __grid_constant__ pallas_dev::TensorMap tm" + std::to_string(m);
   // Tiles exchanged through global memory (Emitter::put_exchange): the last parameter, one
@@ -615,7 +616,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   std::ostringstream src;
   src << prelude() << (L.tensor_maps.empty() ? "" : kTmaCuh) << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
       << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
-      << global_exchange << E.body.str() << "}\n";
+      << global_exchange << E.text() << "}\n";
   L.source = src.str();
   L.grid_pipelined = gp.has_value();
   return L;

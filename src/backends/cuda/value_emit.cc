@@ -17,8 +17,8 @@ std::string ValueLayout::str() const {
 ValueLayout Emitter::layout_of(const ir::Atom& a) const {
   auto* v = std::get_if<ir::Var>(&a);
   if (!v || scalar_like(v->aval)) return {};
-  auto it = value_layouts.find(v->id);
-  return it == value_layouts.end() ? ValueLayout{} : it->second;
+  auto it = value_layouts_.find(v->id);
+  return it == value_layouts_.end() ? ValueLayout{} : it->second;
 }
 
 int64_t Emitter::slots(const ir::Var& v) const {
