@@ -413,8 +413,8 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     for (int d = static_cast<int>(rank) - 2; d >= 0; --d) st[d] = st[d + 1] * as[d + 1];
     std::string offexpr = "0ll";
     for (size_t d = 0; d < rank; ++d) {
-      E.line("org" + std::to_string(a) + "_" + std::to_string(d) + " = (long long)(" + idx[d] + ") * " + std::to_string(bm.block_shape[d]) +
-             ";");
+      E.line("org" + std::to_string(a) + "_" + std::to_string(d) + " = (long long)(" + idx[d] + ") * " +
+             std::to_string(bm.block_shape[d]) + ";");
       offexpr += " + org" + std::to_string(a) + "_" + std::to_string(d) + " * " + std::to_string(st[d]) + "ll";
     }
     scope.close();
