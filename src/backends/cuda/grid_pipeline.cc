@@ -130,8 +130,7 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
   const core::GridMapping& gm = call.grid;
   const ir::Jaxpr& k = *call.kernel;
   size_t np = gm.prefetch.size();
-  E.line("{");
-  ++E.depth;
+  Emitter::Block scope = E.block("{");
   std::vector<std::vector<std::string>> coords;  // per pipelined input: the view's coordinates, innermost first
   for (const GridPipelinedInput& in : gp.inputs) {
     const core::BlockMapping& bm = gm.inputs[in.input];
@@ -141,14 +140,13 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
     std::string decl;
     for (const std::string& n : c) decl += (decl.empty() ? "int " : ", ") + n;
     E.line(decl + ";");
-    E.line("{");
-    ++E.depth;
-    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pids[g];
-    for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q) E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
-    E.emit_eqns(im);
-    for (size_t d = 0; d < c.size(); ++d) E.line(c[d] + " = (int)(" + E.name(im.outvars[d]) + ") * " + std::to_string(bm.block_shape[d]) + ";");
-    --E.depth;
-    E.line("}");
+    {
+      Emitter::Block index_map = E.block("{");
+      for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.bind_name(im.invars[g], pids[g]);
+      for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q) E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
+      E.emit_eqns(im);
+      for (size_t d = 0; d < c.size(); ++d) E.line(c[d] + " = (int)(" + E.name(im.outvars[d]) + ") * " + std::to_string(bm.block_shape[d]) + ";");
+    }
     std::vector<std::string> view;  // outermost first
     for (size_t d = 0; d < c.size(); ++d) {
       if (in.split[d]) {
@@ -162,8 +160,7 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
     coords.push_back(view);
   }
   std::string bars = "((u64*)(smem + " + std::to_string(gp.bars) + "))";
-  E.line("if (threadIdx.x == 0) {");
-  ++E.depth;
+  Emitter::Block issuer = E.block("if (threadIdx.x == 0) {");
   size_t total = 0;
   for (const GridPipelinedInput& in : gp.inputs) total += in.bytes;
   E.line("pallas_dev::mbar_expect_tx(" + bars + " + " + buf + ", " + std::to_string(total) + ");");
@@ -174,10 +171,6 @@ void issue_grid_copies(Emitter& E, const GridPipeline& gp, const core::PallasCal
     E.line("pallas_dev::tma_load<" + std::to_string(coords[i].size()) + ">(smem + " + std::to_string(gp.base + in.offset) + " + (" + buf + ") * " +
            std::to_string(gp.stage_bytes) + ", &" + E.tensor_map(in.map) + ", " + bars + " + " + buf + ", {" + list + "});");
   }
-  --E.depth;
-  E.line("}");
-  --E.depth;
-  E.line("}");
 }
 
 }  // namespace pallas::cuda

@@ -47,11 +47,24 @@ std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ?
 // 768 slots a thread, unrolled).
 std::string unroll_pragma(int64_t slots) { return slots > 256 ? "#pragma unroll 4" : "#pragma unroll"; }
 
-void Emitter::line(const std::string& s) { body << std::string(static_cast<size_t>(depth) * 2, ' ') << s << "\n"; }
+void Emitter::line(const std::string& s) { body_ << std::string(static_cast<size_t>(depth_) * 2, ' ') << s << "\n"; }
+
+Emitter::Block Emitter::block(const std::string& open, std::string close) {
+  line(open);
+  ++depth_;
+  return Block(*this, std::move(close));
+}
+
+void Emitter::Block::close() {
+  if (!E_) return;
+  Emitter& E = *std::exchange(E_, nullptr);
+  --E.depth_;
+  if (!close_.empty()) E.line(close_);
+}
 
 // Generated names count up within one lowering, so the same call always gives the same
 // source (and the disk cache, keyed by the source, hits across processes).
-std::string Emitter::fresh(const std::string& prefix) { return "_" + prefix + std::to_string(++name_counter); }
+std::string Emitter::fresh(const std::string& prefix) { return "_" + prefix + std::to_string(++name_counter_); }
 
 void Emitter::fail(const ir::Eqn& e, const std::string& why) const {
   throw Error(what + ": the CUDA backend cannot lower primitive '" + e.prim->name + "': " + why +
@@ -83,10 +96,19 @@ std::string Emitter::lit(const ir::Literal& l) const {
 std::string Emitter::name(const ir::Atom& a) const {
   if (auto* l = std::get_if<ir::Literal>(&a)) return lit(*l);
   const ir::Var& v = std::get<ir::Var>(a);
-  auto it = names.find(v.id);
-  if (it == names.end()) throw Error(what + ": CUDA lowering: variable %" + std::to_string(v.id) + " used before definition");
+  auto it = names_.find(v.id);
+  if (it == names_.end()) throw Error(what + ": CUDA lowering: variable %" + std::to_string(v.id) + " used before definition");
   return it->second;
 }
+
+void Emitter::bind_name(const ir::Var& v, std::string expr) { names_[v.id] = std::move(expr); }
+
+std::optional<std::string> Emitter::bound_name(const ir::Var& v) const {
+  auto it = names_.find(v.id);
+  return it == names_.end() ? std::nullopt : std::optional<std::string>(it->second);
+}
+
+void Emitter::unbind_name(const ir::Var& v) { names_.erase(v.id); }
 
 std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
   ir::Aval av = ir::atom_aval(a);
@@ -95,7 +117,7 @@ std::string Emitter::elem(const ir::Atom& a, const std::string& k) const {
 
 void Emitter::declare(const ir::Var& v) {
   std::string n = fresh("v");
-  names[v.id] = n;
+  bind_name(v, n);
   if (scalar_like(v.aval)) line(ctype(v.aval.dtype) + " " + n + ";");
   else line(ctype(v.aval.dtype) + " " + n + "[" + std::to_string(slots(v)) + "];");
 }
@@ -103,34 +125,27 @@ void Emitter::declare(const ir::Var& v) {
 void Emitter::foreach(const Shape& s, const std::function<void()>& f) {
   int64_t n = shape_size(s);
   if (n == 1) {
-    line("{ const int k = 0, e = 0; (void)k; (void)e;");
-    ++depth;
+    Block b = block("{ const int k = 0, e = 0; (void)k; (void)e;");
     f();
-    --depth;
-    line("}");
     return;
   }
   int64_t K = per_thread(s);
   std::string V = std::to_string(vec), S = std::to_string(int64_t{nt} * vec);
   std::string e = vec == 1 ? "threadIdx.x + k * " + S : "(k / " + V + ") * " + S + " + threadIdx.x * " + V + " + k % " + V;
   line(unroll_pragma(K));
-  line("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = " + e + ";" +
-       (n % (int64_t{nt} * vec) ? " if (e < " + std::to_string(n) + ") {" : " {"));
-  ++depth;
+  Block b = block("for (int k = 0; k < " + std::to_string(K) + "; ++k) { const int e = " + e + ";" +
+                      (n % (int64_t{nt} * vec) ? " if (e < " + std::to_string(n) + ") {" : " {"),
+                  "}}");
   f();
-  --depth;
-  line("}}");
 }
 
 void Emitter::foreach_run(const Shape& s, const std::function<void()>& f) {
   int64_t n = shape_size(s), S = int64_t{nt} * vec;
   line(unroll_pragma((n + S - 1) / S * vec));
-  line("for (int g = 0; g < " + std::to_string((n + S - 1) / S) + "; ++g) { const int e = g * " + std::to_string(S) + " + threadIdx.x * " +
-       std::to_string(vec) + ", k0 = g * " + std::to_string(vec) + "; (void)k0;" + (n % S ? " if (e < " + std::to_string(n) + ") {" : " {"));
-  ++depth;
+  Block b = block("for (int g = 0; g < " + std::to_string((n + S - 1) / S) + "; ++g) { const int e = g * " + std::to_string(S) + " + threadIdx.x * " +
+                      std::to_string(vec) + ", k0 = g * " + std::to_string(vec) + "; (void)k0;" + (n % S ? " if (e < " + std::to_string(n) + ") {" : " {"),
+                  "}}");
   f();
-  --depth;
-  line("}}");
 }
 
 std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) {
@@ -148,10 +163,12 @@ std::vector<std::string> Emitter::unravel(const std::string& e, const Shape& s) 
 
 size_t Emitter::reserve(size_t off, const ir::Aval& a) {
   size_t end = (off + static_cast<size_t>(a.size()) * itemsize(a.dtype) + 15) & ~size_t{15};
-  if (end > xbytes) xbytes = end;
+  if (end > xbytes_) xbytes_ = end;
   smem_peak = std::max(smem_peak, xoff + end);
   return end;
 }
+
+size_t Emitter::smem_bytes() const { return std::max(xoff + xbytes_, smem_peak); }
 
 std::string Emitter::put_shared(const ir::Atom& a, size_t off) { return put_tile(a, "smem + " + std::to_string(xoff + off)); }
 
@@ -164,7 +181,7 @@ std::string Emitter::put_exchange(const ir::Atom& a) {
   }
   // Past the device's shared memory: this CUDA block's region of global scratch (the kernel's
   // last parameter, sized by the runner), read back through L1/L2 after the same barrier.
-  global_exchange_bytes = std::max(global_exchange_bytes, bytes);
+  global_exchange_bytes_ = std::max(global_exchange_bytes_, bytes);
   return put_tile(a, "gx");
 }
 
@@ -199,7 +216,7 @@ void Emitter::bind(const ir::Var& inner, const ir::Atom& outer) {
     refs[inner.id] = it->second;
     return;
   }
-  names[inner.id] = name(outer);
+  bind_name(inner, name(outer));
 }
 
 void Emitter::emit_eqns(const ir::Jaxpr& j) {
@@ -223,10 +240,10 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       ValueLayout want = operand_layout(plan, e, i, of), have = layout_of(*v);
       if (want == have) continue;
       std::string n = as_layout(*v, want, /*reuse=*/true);
-      saved.push_back({v->id, {names.at(v->id), have}});
-      names[v->id] = n;
-      if (want.kind == ValueLayout::Blocked) value_layouts.erase(v->id);
-      else value_layouts[v->id] = want;
+      saved.push_back({v->id, {names_.at(v->id), have}});
+      names_[v->id] = n;
+      if (want.kind == ValueLayout::Blocked) value_layouts_.erase(v->id);
+      else value_layouts_[v->id] = want;
     }
     // The kernel source's line that made the eqn: NVRTC's messages and the line table
     // (-lineinfo, for profilers) point there; the eqns after it without a place of their own
@@ -236,13 +253,13 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
       for (const char* c = e.loc.file; *c; ++c) f += (*c == '"' || *c == '\\') ? std::string("\\") + *c : std::string(1, *c);
       line("#line " + std::to_string(e.loc.line) + " \"" + f + "\"");
     }
-    if (eqn_text)
-      if (auto t = eqn_text->find(&e); t != eqn_text->end()) line("// " + t->second);
+    if (eqn_text_)
+      if (auto t = eqn_text_->find(&e); t != eqn_text_->end()) line("// " + t->second);
     r(*this, e);
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
-      names[it->first] = it->second.first;
-      if (it->second.second.kind == ValueLayout::Blocked) value_layouts.erase(it->first);
-      else value_layouts[it->first] = it->second.second;
+      names_[it->first] = it->second.first;
+      if (it->second.second.kind == ValueLayout::Blocked) value_layouts_.erase(it->first);
+      else value_layouts_[it->first] = it->second.second;
     }
   }
   conversions_.pop_back();
@@ -252,8 +269,8 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
 
 std::string Emitter::tensor_map(const TensorMapSpec& m) {
   size_t i = 0;
-  while (i < tensor_maps.size() && !(tensor_maps[i] == m)) ++i;
-  if (i == tensor_maps.size()) tensor_maps.push_back(m);
+  while (i < tensor_maps_.size() && !(tensor_maps_[i] == m)) ++i;
+  if (i == tensor_maps_.size()) tensor_maps_.push_back(m);
   return "tm" + std::to_string(i);
 }
 
@@ -318,9 +335,8 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   L.threads = plan.threads;
   L.name = plan.name;
   L.plan_text = plan.text();
-  Emitter E(plan, call.what);
   std::unordered_map<const ir::Eqn*, std::string> eqn_text = ir::eqn_lines(*call.kernel);
-  E.eqn_text = &eqn_text;
+  Emitter E(plan, call.what, &eqn_text);
 
   size_t np = gm.prefetch.size(), nin = gm.inputs.size(), nout = gm.outputs.size();
   const ir::Jaxpr& k = *call.kernel;
@@ -382,17 +398,14 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   auto block_ref = [&](const ir::Var& v, const core::BlockMapping& bm, size_t a) {
     const ir::Jaxpr& im = *bm.index_map;
     E.line("// " + bm.what);
-    E.line("{");
-    ++E.depth;
-    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.names[im.invars[g].id] = pid[g];
+    // The index-map code runs in a scope, which assigns its outputs (the origins) to outer variables.
+    Emitter::Block scope = E.block("{");
+    for (size_t g = 0; g < gm.grid.size() && g < im.invars.size(); ++g) E.bind_name(im.invars[g], pid[g]);
     for (size_t q = 0; q < np && gm.grid.size() + q < im.invars.size(); ++q)
       E.refs[im.invars[gm.grid.size() + q].id] = E.refs[k.invars[q].id];
     E.emit_eqns(im);
     std::vector<std::string> idx;
     for (auto& o : im.outvars) idx.push_back(E.name(o));
-    --E.depth;
-    // The index-map code ran in a scope; re-emit its outputs into outer variables.
-    // (Simplest: hoist by assigning inside the scope.)
     std::string off = "off" + std::to_string(a);
     const Shape& as = bm.array.shape;
     size_t rank = as.size();
@@ -400,11 +413,11 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     for (int d = static_cast<int>(rank) - 2; d >= 0; --d) st[d] = st[d + 1] * as[d + 1];
     std::string offexpr = "0ll";
     for (size_t d = 0; d < rank; ++d) {
-      E.line("  org" + std::to_string(a) + "_" + std::to_string(d) + " = (long long)(" + idx[d] + ") * " +
+      E.line("org" + std::to_string(a) + "_" + std::to_string(d) + " = (long long)(" + idx[d] + ") * " +
              std::to_string(bm.block_shape[d]) + ";");
       offexpr += " + org" + std::to_string(a) + "_" + std::to_string(d) + " * " + std::to_string(st[d]) + "ll";
     }
-    E.line("}");
+    scope.close();
     E.line(off + " = " + offexpr + ";");
     RefInfo r;
     r.dtype = bm.array.dtype;
@@ -466,8 +479,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     const RefInfo& g = resident_global[o];
     const RefInfo& r = E.refs[k.invars[np + nin + o].id];
     std::string n = std::to_string(shape_size(r.shape));
-    E.line("for (long long e = threadIdx.x; e < " + n + "ll; e += " + std::to_string(L.threads) + ") {");
-    ++E.depth;
+    Emitter::Block loop = E.block("for (long long e = threadIdx.x; e < " + n + "ll; e += " + std::to_string(L.threads) + ") {");
     auto c = E.unravel("e", r.shape);
     std::string cond = g.valid.empty() ? "true" : g.valid, off = "0ll";
     for (size_t d = 0; d < r.shape.size(); ++d) {
@@ -477,8 +489,6 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     }
     if (in) E.line(r.base + "[e] = (" + cond + ") ? " + g.base + "[" + off + "] : poison<" + ctype(r.dtype) + ">();");
     else E.line("if (" + cond + ") " + g.base + "[" + off + "] = " + r.base + "[e];");
-    --E.depth;
-    E.line("}");
   };
   for (size_t o = 0; o < nout; ++o)
     if (resident[o]) copy_resident(o, true);
@@ -488,33 +498,28 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   // copies of step + stages - 1 issued at the top of each step into the buffer the step before
   // read (every thread passed the barrier that ends a step).
   const std::string step = "gstep", S = gp ? std::to_string(gp->stages) : "";
-  // Opens `if (step st is a program of this CUDA block) {` (left open) and declares its ids.
+  // Opens `if (step st is a program of this CUDA block) {` (the Block returned) and declares its ids.
   auto program_of_step = [&](const std::string& st, const std::vector<std::string>& names) {
     if (gp->persistent) {
       std::string bl = E.fresh("bl");
       E.line("const long long " + bl + " = blockIdx.x + (" + st + ") * (long long)gridDim.x;");
-      E.line("if (" + bl + " < " + num_parallel + ") {");
-      ++E.depth;
+      Emitter::Block b = E.block("if (" + bl + " < " + num_parallel + ") {");
       unravel_program(bl, false, names);
-    } else {
-      E.line("if ((" + st + ") < " + num_sequential + ") {");
-      ++E.depth;
-      unravel_program("(" + st + ")", true, names);
+      return b;
     }
+    Emitter::Block b = E.block("if ((" + st + ") < " + num_sequential + ") {");
+    unravel_program("(" + st + ")", true, names);
+    return b;
   };
   auto issue_step = [&](const std::string& st) {
     std::vector<std::string> ids = pid;
     for (size_t d = 0; d < ids.size(); ++d)
       if (gp->persistent || gm.sequential(d)) ids[d] = E.fresh("gp");
-    E.line("{");
-    ++E.depth;
-    program_of_step(st, ids);
+    Emitter::Block outer = E.block("{");
+    Emitter::Block program = program_of_step(st, ids);
     issue_grid_copies(E, *gp, call, ids, "(int)((" + st + ") % " + S + ")");
-    --E.depth;
-    E.line("}");
-    --E.depth;
-    E.line("}");
   };
+  std::optional<Emitter::Block> step_loop;  // open until the body is printed
   if (gp) {
     E.line("// " + gp->text.substr(0, gp->text.find('\n')));
     E.line("if (threadIdx.x == 0) { for (int s = 0; s < " + S + "; ++s) pallas_dev::mbar_init((u64*)(smem + " + std::to_string(gp->bars) +
@@ -523,8 +528,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     std::string ps = E.fresh("ps");
     E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(gp->stages - 1) + "; ++" + ps + ")");
     issue_step(ps);
-    E.line("for (long long " + step + " = 0;; ++" + step + ") {");
-    ++E.depth;
+    step_loop.emplace(E.block("for (long long " + step + " = 0;; ++" + step + ") {"));
     if (gp->persistent) {
       E.line("const long long blin = blockIdx.x + " + step + " * (long long)gridDim.x;");
       E.line("if (blin >= " + num_parallel + ") break;");
@@ -535,12 +539,10 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
     }
     issue_step(step + " + " + std::to_string(gp->stages - 1));
   }
-  // The sequential axes: loops inside the CUDA block.
+  // The sequential axes: loops inside the CUDA block (open until the body is printed).
+  std::vector<Emitter::Block> sequential_loops;
   for (size_t d = 0; d < gm.grid.size() && !gp; ++d)
-    if (gm.sequential(d)) {
-      E.line("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {");
-      ++E.depth;
-    }
+    if (gm.sequential(d)) sequential_loops.push_back(E.block("for (int " + pid[d] + " = 0; " + pid[d] + " < " + G[d] + "; ++" + pid[d] + ") {"));
   {
     // The program's row-major linear id over the whole grid (messages, debug_print).
     std::string lin = "0ll";
@@ -585,25 +587,22 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   E.emit_eqns(k);
   if (gp) {
     E.sync();  // the next step reads what this one wrote, and refills the stage this one read
-    --E.depth;
-    E.line("}");
+    step_loop.reset();
   }
-  for (size_t d = gm.grid.size(); d-- > 0 && !gp;)
-    if (gm.sequential(d)) {
-      E.sync();  // the next program along the sequential axes reads what this one wrote
-      --E.depth;
-      E.line("}");
-    }
+  while (!sequential_loops.empty()) {
+    E.sync();  // the next program along the sequential axes reads what this one wrote
+    sequential_loops.pop_back();
+  }
   for (size_t o = 0; o < nout; ++o)
     if (resident[o]) copy_resident(o, false);
 
-  L.smem_bytes = std::max(E.xoff + E.xbytes, E.smem_peak);
-  L.global_exchange_bytes = E.global_exchange_bytes;
+  L.smem_bytes = E.smem_bytes();
+  L.global_exchange_bytes = E.global_exchange_bytes();
   L.smem_limit = plan.smem_limit;
   L.check_messages = E.check_messages;
   L.has_check = !E.check_messages.empty();
   L.print_sites = E.print_sites;
-  L.tensor_maps = E.tensor_maps;
+  L.tensor_maps = E.tensor_maps();
   L.persistent = gp && gp->persistent;
   for (size_t m = 0; m < L.tensor_maps.size(); ++m) params += ", const __grid_constant__ pallas_dev::TensorMap tm" + std::to_string(m);
   // Tiles exchanged through global memory (Emitter::put_exchange): the last parameter, one
@@ -617,7 +616,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   std::ostringstream src;
   src << prelude() << (L.tensor_maps.empty() ? "" : kTmaCuh) << "\nextern \"C\" __global__ void __launch_bounds__(" << L.threads << ") " << L.name << "(" << params
       << ") {\n  extern __shared__ __align__(16) unsigned char smem[]; (void)smem; (void)perr; (void)plog; (void)poison_on;\n"
-      << global_exchange << E.body.str() << "}\n";
+      << global_exchange << E.text() << "}\n";
   L.source = src.str();
   L.grid_pipelined = gp.has_value();
   return L;

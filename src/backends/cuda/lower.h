@@ -7,10 +7,12 @@
 // dot, cumsum, gathers) exchange through shared memory; row reductions shuffle in warps.
 #pragma once
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "src/backends/cuda/plan/kernel_plan.h"
@@ -78,21 +80,19 @@ struct Lowered {
 
 class Emitter {
  public:
-  // Prints the kernel `plan` describes; `what` names it in errors.
-  Emitter(const KernelPlan& plan, std::string what)
-      : plan(plan), nt(plan.threads), vec(plan.layout.vec), what(std::move(what)), value_layouts(plan.values) {}
+  // Prints the kernel `plan` describes; `what` names it in errors. `eqn_text`: the kernel's
+  // eqns as the jaxpr printer writes them (or none): each one's code starts with it as a
+  // comment, so a line of the generated .cu (an NVRTC error, a profiler's source view) leads
+  // to the op in the kernel's IR (PallasCall::debug prints it, with the call's source line).
+  Emitter(const KernelPlan& plan, std::string what, const std::unordered_map<const ir::Eqn*, std::string>* eqn_text = nullptr)
+      : plan(plan), nt(plan.threads), vec(plan.layout.vec), what(std::move(what)), eqn_text_(eqn_text), value_layouts_(plan.values) {}
   const KernelPlan& plan;  // every decision the passes made (passes.h)
   const int nt;            // threads, plan.threads
   const int vec;           // V, the blocked layout's run length (plan.layout.vec)
-  int name_counter = 0;  // fresh(): names independent of tracing history
   std::string what;
-  std::ostringstream body;
-  int depth = 1;
-  std::unordered_map<int64_t, std::string> names;  // IR var id -> C expression
   std::vector<std::string> program_ids, grid_sizes;  // per grid axis: C expressions
   std::unordered_map<int64_t, RefInfo> refs;
-  size_t xoff = 0;    // where the exchange region starts in dynamic shared memory
-  size_t xbytes = 0;  // its size: the most any single exchange needs
+  size_t xoff = 0;       // where the exchange region starts in dynamic shared memory
   size_t smem_peak = 0;  // the most shared memory used while xoff was raised (loop pipelines)
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
@@ -134,27 +134,52 @@ class Emitter {
   // The jaxprs whose eqns are being emitted, innermost last (a rule may look at the users of
   // its result in the same scope).
   std::vector<const ir::Jaxpr*> scopes;
-  // The kernel's eqns as the jaxpr printer writes them: each one's code starts with it as a
-  // comment, so a line of the generated .cu (an NVRTC error, a profiler's source view) leads
-  // to the op in the kernel's IR (PallasCall::debug prints it, with the call's source line).
-  const std::unordered_map<const ir::Eqn*, std::string>* eqn_text = nullptr;
-  std::vector<TensorMapSpec> tensor_maps;  // the kernel's TMA maps so far
   // The C name of the kernel's tensor-map parameter for `m` (one per distinct map).
   std::string tensor_map(const TensorMapSpec& m);
+  // What the printing came to: the kernel body's code, the shared memory it uses (the
+  // exchange region's end, or more while loop buffers raised it), the largest tile
+  // put_exchange sent to global memory, the kernel's TMA maps (tensor_map's order).
+  std::string text() const { return body_.str(); }
+  size_t smem_bytes() const;
+  size_t global_exchange_bytes() const { return global_exchange_bytes_; }
+  const std::vector<TensorMapSpec>& tensor_maps() const { return tensor_maps_; }
 
   void line(const std::string& s);
+  // Braces by scope: E.block("for (...) {") prints its opening line and indents the lines
+  // printed while the Block lives; its end (leaving scope, or close()) un-indents and prints
+  // `close` ("" prints nothing: a branch the next one's `} else {` ends, a braceless statement).
+  class Block {
+   public:
+    Block(Block&& o) noexcept : E_(std::exchange(o.E_, nullptr)), close_(std::move(o.close_)) {}
+    Block(const Block&) = delete;
+    Block& operator=(const Block&) = delete;
+    Block& operator=(Block&&) = delete;
+    ~Block() { close(); }
+    void close();
+
+   private:
+    friend class Emitter;
+    Block(Emitter& E, std::string close) : E_(&E), close_(std::move(close)) {}
+    Emitter* E_;
+    std::string close_;
+  };
+  [[nodiscard]] Block block(const std::string& open, std::string close = "}");
   std::string fresh(const std::string& prefix = "t");
   [[noreturn]] void fail(const ir::Eqn& e, const std::string& why) const;
   // Names and element expressions.
   std::string name(const ir::Atom& a) const;
+  // Binds var v to the C expression `expr`: its name in the code printed from here on.
+  void bind_name(const ir::Var& v, std::string expr);
+  // v's name if it has one, and the removal of it (for a rule that renames a var for a while).
+  std::optional<std::string> bound_name(const ir::Var& v) const;
+  void unbind_name(const ir::Var& v);
   static bool scalar_like(const ir::Aval& a) { return a.size() == 1; }
   int64_t per_thread(const Shape& s) const { return (shape_size(s) + int64_t{nt} * vec - 1) / (int64_t{nt} * vec) * vec; }
   std::string elem(const ir::Atom& a, const std::string& k) const;  // k-th element this thread holds
   std::string lit(const ir::Literal& l) const;
   void declare(const ir::Var& v);  // fresh C variable for v, in its layout
-  // Value layouts (value_layout.h): the value-layouts pass's (plan.values), and while a rule
-  // runs, the layout emit_eqns converted an operand to. Absent (and every scalar) = blocked.
-  std::unordered_map<int64_t, ValueLayout> value_layouts;
+  // The value layout of `a` (value_layout.h): the value-layouts pass's (plan.values), and while
+  // a rule runs, the layout emit_eqns converted an operand to. Absent (and every scalar) = blocked.
   ValueLayout layout_of(const ir::Atom& a) const;
   int64_t slots(const ir::Var& v) const;  // the C array's length
   // Emits `for each slot this thread holds of a value of shape s in layout L` with k (slot)
@@ -179,10 +204,9 @@ class Emitter {
   std::string put_shared(const ir::Atom& a, size_t off);
   // The whole-tile exchange of most rules (reserve + put_shared at offset 0): in shared memory
   // when the tile fits below the target's limit above the exchange base, else in this CUDA
-  // block's region of global scratch (global_exchange_bytes), so a tile too large for shared
+  // block's region of global scratch (global_exchange_bytes()), so a tile too large for shared
   // memory is slower, not refused. Caller syncs.
   std::string put_exchange(const ir::Atom& a);
-  size_t global_exchange_bytes = 0;  // the largest tile put_exchange sent to global memory
   size_t reserve(size_t off, const ir::Aval& a);  // returns the next free offset
   void sync() {
     line("__syncthreads();");
@@ -201,6 +225,15 @@ class Emitter {
   void bind(const ir::Var& inner, const ir::Atom& outer);
 
  private:
+  const std::unordered_map<const ir::Eqn*, std::string>* eqn_text_;
+  std::unordered_map<int64_t, ValueLayout> value_layouts_;  // var id -> layout (layout_of)
+  std::ostringstream body_;
+  int depth_ = 1;  // the indentation of line(), in steps of two spaces (Block)
+  int name_counter_ = 0;  // fresh(): names independent of tracing history
+  std::unordered_map<int64_t, std::string> names_;  // IR var id -> C expression
+  size_t xbytes_ = 0;  // the exchange region's size: the most any single exchange needs
+  size_t global_exchange_bytes_ = 0;
+  std::vector<TensorMapSpec> tensor_maps_;  // the kernel's TMA maps so far
   void foreach_fragments(const ValueLayout& L, const std::function<void()>& f);
   std::string put_tile(const ir::Atom& a, const std::string& at);  // put_shared's writes, at C address `at`
   // as_layout's conversions, one map (var and layout -> name) per C scope open in emit_eqns

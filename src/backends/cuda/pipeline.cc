@@ -67,13 +67,11 @@ void foreach_transposed_chunk(Emitter& E, const PipelinedLoad& l, const std::fun
   const Shape& s = l.load->out[0].aval.shape;
   int64_t nb = s[1] / 8, units = (s[0] / 16) * nb, warps = E.nt / 32;
   E.line("#pragma unroll");
-  E.line("for (int g = 0; g < " + std::to_string((units + warps - 1) / warps) + "; ++g) { const int u = (threadIdx.x >> 5) + g * " + std::to_string(warps) +
-         "; " + (units % warps ? "if (u < " + std::to_string(units) + ") {" : "{"));
-  ++E.depth;
+  Emitter::Block chunks = E.block("for (int g = 0; g < " + std::to_string((units + warps - 1) / warps) + "; ++g) { const int u = (threadIdx.x >> 5) + g * " +
+                                      std::to_string(warps) + "; " + (units % warps ? "if (u < " + std::to_string(units) + ") {" : "{"),
+                                  "}}");
   E.line("const int tn = (u % " + std::to_string(nb) + ") * 8 + (threadIdx.x & 7), tkc = (u / " + std::to_string(nb) + ") * 4 + ((threadIdx.x >> 3) & 3);");
   f();
-  --E.depth;
-  E.line("}}");
 }
 
 // The rows of one TMA box's destination (each box is 128 bytes wide): the tile's rows, or
@@ -154,13 +152,9 @@ void issue_tma(Emitter& E, const PipelinedLoad& l, const std::string& dst, const
   }
 }
 
-// Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
-// `issuer`: the condition that picks the one thread issuing the TMA copies.
-void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi,
-           const std::string& issuer = "threadIdx.x == 0") {
-  E.line("if (" + it + " < " + hi + ") {");
-  ++E.depth;
-  E.names[body.invars[0].id] = "(" + it + ")";
+// The copies of issue(), inside its guard.
+void issue_copies(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& issuer) {
+  E.bind_name(body.invars[0], "(" + it + ")");
   std::unordered_set<const ir::Eqn*> done;  // index eqns two loads share are emitted once
   auto index_eqns = [&](const PipelinedLoad& l) {
     for (const ir::Eqn* x : l.index_eqns)
@@ -199,8 +193,16 @@ void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::
     });
     if (!issued) throw Error(E.what + ": CUDA lowering: the loop pipeliner planned a load it cannot copy asynchronously (a bug)");
   }
-  --E.depth;
-  E.line("}");
+}
+
+// Emits iteration `it`'s copies into stage `stage` (C expressions), guarded by it < hi.
+// `issuer`: the condition that picks the one thread issuing the TMA copies.
+void issue(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body, const std::string& it, const std::string& stage, const std::string& hi,
+           const std::string& issuer = "threadIdx.x == 0") {
+  {
+    Emitter::Block guard = E.block("if (" + it + " < " + hi + ") {");
+    issue_copies(E, p, body, it, stage, issuer);
+  }
   if (p.any_cp_async) E.line("cp_async_commit();");
 }
 
@@ -376,11 +378,10 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   // the prologue: iterations lo .. lo + ahead - 1 into buffers 0 .. ahead - 1 (a rolled loop:
   // one copy of the issue code, which NVRTC compiles once)
   std::string ps = E.fresh("ps");
-  E.line("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(p.ahead) + "; ++" + ps + ") {");
-  ++E.depth;
-  issue(E, p, body, lo + " + " + ps, ps, hi);
-  --E.depth;
-  E.line("}");
+  {
+    Emitter::Block prologue = E.block("_Pragma(\"unroll 1\") for (int " + ps + " = 0; " + ps + " < " + std::to_string(p.ahead) + "; ++" + ps + ") {");
+    issue(E, p, body, lo + " + " + ps, ps, hi);
+  }
   for (const PipelinedLoad& l : p.loads) E.absorbed.insert(l.load);
 }
 
@@ -583,7 +584,7 @@ void pipeline_iteration(Emitter& E, const LoopPipeline& p, const ir::Jaxpr& body
     refill();
   }
   E.operand_tiles_fenced = true;
-  E.names[body.invars[0].id] = it;
+  E.bind_name(body.invars[0], it);
   bool staged = false;
   for (const PipelinedLoad& l : p.loads) {
     std::string stage = stage_at(p, it, lo, l.off);

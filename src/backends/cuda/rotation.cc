@@ -74,11 +74,11 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   // runs f with r naming the carried r of the iteration before (r(i) is named only later in
   // the body, if at all yet)
   auto with_carried_rows = [&](const std::function<void()>& f) {
-    auto saved_rows = r.rows && E.names.count(r.rows->id) ? std::optional<std::string>(E.names.at(r.rows->id)) : std::nullopt;
-    if (r.rows) E.names[r.rows->id] = rc;
+    auto saved_rows = r.rows ? E.bound_name(*r.rows) : std::nullopt;
+    if (r.rows) E.bind_name(*r.rows, rc);
     f();
-    if (saved_rows) E.names[r.rows->id] = *saved_rows;
-    else if (r.rows) E.names.erase(r.rows->id);
+    if (saved_rows) E.bind_name(*r.rows, *saved_rows);
+    else if (r.rows) E.unbind_name(*r.rows);
   };
   // the second dot of iteration `it` from the carried p and r and its stage
   auto issue_second = [&](const std::string& it, bool in_flight) {
@@ -96,8 +96,7 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   // One body for every iteration (emitting the first iteration apart made first calls up to twice as slow):
   // iteration lo has no second dot before it, so it waits for its first dot alone.
   E.line("// rotated loop: iteration i issues its first dot, then iteration i - 1's second dot");
-  E.line("if (" + lo + " < " + hi + ") {");
-  ++E.depth;
+  Emitter::Block nonempty = E.block("if (" + lo + " < " + hi + ") {");
   // Warpgroups taking turns (named barriers 1..G): warpgroup w waits on barrier 1 + w before
   // issuing its dots and arrives on the next one's right after, so one warpgroup's softmax
   // runs while the next one's dots hold the tensor cores. The last warpgroup opens the first
@@ -112,42 +111,38 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
     E.line("if (" + wg + " == " + std::to_string(turns - 1) + ") asm volatile(\"bar.arrive 1, 256;\" ::: \"memory\");");
   }
   std::string it = E.fresh("it");
-  E.line("for (" + index_type + " " + it + " = " + lo + "; " + it + " < " + hi + "; ++" + it + ") {");
-  ++E.depth;
-  pipeline_iteration(E, p, body, it, lo, hi);
-  bind_carries();
-  // acc *= r(i - 1) now, before the first dot is issued: ptxas waits for every wgmma in flight
-  // before an instruction that touches an accumulator between them (its info C7517), and
-  // serialises the wgmmas when the scaling is under a branch (C7515), so it is not: r is 1 in
-  // iteration lo. A loop-invariant r is left to the dot's rule.
-  if (r.rows) with_carried_rows([&] { scale_fragment_carry(E, second); });
-  Emitter::Rotation rot{r.first, &second,
-                        [&] {
-                          E.line("if (" + it + " > " + lo + ") {");  // uniform: the wgmmas stay unserialised
-                          ++E.depth;
-                          issue_second(it + " - 1", true);
-                          --E.depth;
-                          E.line("} else {");
-                          ++E.depth;
-                          if (turns) arrive_next();
-                          E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-                          --E.depth;
-                          E.line("}");
-                        },
-                        pc, /*carry_scaled=*/r.rows != nullptr};
-  if (turns) {
-    rot.before_first = [&] { E.line("asm volatile(\"bar.sync %0, 256;\" :: \"r\"(1 + " + wg + ") : \"memory\");"); };
-    rot.after_second = arrive_next;
+  {
+    Emitter::Block loop = E.block("for (" + index_type + " " + it + " = " + lo + "; " + it + " < " + hi + "; ++" + it + ") {");
+    pipeline_iteration(E, p, body, it, lo, hi);
+    bind_carries();
+    // acc *= r(i - 1) now, before the first dot is issued: ptxas waits for every wgmma in flight
+    // before an instruction that touches an accumulator between them (its info C7517), and
+    // serialises the wgmmas when the scaling is under a branch (C7515), so it is not: r is 1 in
+    // iteration lo. A loop-invariant r is left to the dot's rule.
+    if (r.rows) with_carried_rows([&] { scale_fragment_carry(E, second); });
+    Emitter::Rotation rot{r.first, &second,
+                          [&] {
+                            {
+                              Emitter::Block later = E.block("if (" + it + " > " + lo + ") {", "");  // uniform: the wgmmas stay unserialised
+                              issue_second(it + " - 1", true);
+                            }
+                            Emitter::Block first = E.block("} else {");
+                            if (turns) arrive_next();
+                            E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+                          },
+                          pc, /*carry_scaled=*/r.rows != nullptr};
+    if (turns) {
+      rot.before_first = [&] { E.line("asm volatile(\"bar.sync %0, 256;\" :: \"r\"(1 + " + wg + ") : \"memory\");"); };
+      rot.after_second = arrive_next;
+    }
+    E.absorbed.insert(&second);
+    E.rotation = &rot;
+    E.emit_eqns(body);
+    E.rotation = nullptr;
+    E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
+    fence_fragments(E, r.frag, E.plan.dot(second).result->slots(), true, /*arithmetic_users=*/true);
+    end_iteration();
   }
-  E.absorbed.insert(&second);
-  E.rotation = &rot;
-  E.emit_eqns(body);
-  E.rotation = nullptr;
-  E.line("asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");");
-  fence_fragments(E, r.frag, E.plan.dot(second).result->slots(), true, /*arithmetic_users=*/true);
-  end_iteration();
-  --E.depth;
-  E.line("}");
   if (turns) E.line("if (" + wg + " == 0) asm volatile(\"bar.sync 1, 256;\" ::: \"memory\");  // the last turn's arrival");
   // iteration hi - 1's second dot
   Emitter::Rotation last{nullptr, &second, {}, pc};
@@ -155,8 +150,6 @@ void emit_rotated_loop(Emitter& E, const LoopRotation& r, const LoopPipeline& p,
   issue_second("(" + hi + " - 1)", false);
   E.rotation = nullptr;
   E.absorbed.erase(&second);
-  --E.depth;
-  E.line("}");
 }
 
 }  // namespace pallas::cuda

@@ -65,7 +65,7 @@ void fori(Emitter& E, const ir::Eqn& e) {
   if (pipe.stages) begin_pipeline(E, pipe, body, lo, hi);
   std::string T = ctype(ir::atom_aval(e.in[0]).dtype);
   auto bind_carries = [&] {
-    for (size_t c = 0; c < nc; ++c) E.names[body.invars[1 + c].id] = E.name(e.out[c]);
+    for (size_t c = 0; c < nc; ++c) E.bind_name(body.invars[1 + c], E.name(e.out[c]));
   };
   std::vector<size_t> plain;
   for (size_t c = 0; c < nc; ++c)
@@ -74,15 +74,12 @@ void fori(Emitter& E, const ir::Eqn& e) {
     emit_rotated_loop(E, *rot, pipe, plan.turns, body, T, lo, hi, bind_carries, [&] { assign_outs(E, body, e.out, plain); });
   } else {
     std::string i = E.fresh("it");
-    E.line("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
-    ++E.depth;
+    Emitter::Block loop = E.block("for (" + T + " " + i + " = " + lo + "; " + i + " < " + hi + "; ++" + i + ") {");
     if (pipe.stages) pipeline_iteration(E, pipe, body, i, lo, hi);
-    E.names[body.invars[0].id] = i;
+    E.bind_name(body.invars[0], i);
     bind_carries();
     E.emit_eqns(body);
     assign_outs(E, body, e.out, plain);
-    --E.depth;
-    E.line("}");
   }
   if (pipe.stages) end_pipeline(E, pipe);
   end_resident_operands(E, resident);
@@ -99,25 +96,21 @@ void while_(Emitter& E, const ir::Eqn& e) {
     E.declare(e.out[c]);
     copy(E, E.name(e.out[c]), e.out[c], E.name(e.in[c]));
   }
-  E.line("while (true) {");
-  ++E.depth;
+  Emitter::Block loop = E.block("while (true) {");
   std::string go = E.fresh("go");
   E.line("bool " + go + ";");
-  E.line("{");
-  ++E.depth;
-  for (size_t c = 0; c < nc; ++c) E.names[cj.invars[c].id] = E.name(e.out[c]);
-  for (size_t q = 0; q < ncc; ++q) E.bind(cj.invars[nc + q], e.in[nc + q]);
-  E.emit_eqns(cj);
-  E.line(go + " = " + E.name(cj.outvars[0]) + ";");
-  --E.depth;
-  E.line("}");
+  {
+    Emitter::Block test = E.block("{");
+    for (size_t c = 0; c < nc; ++c) E.bind_name(cj.invars[c], E.name(e.out[c]));
+    for (size_t q = 0; q < ncc; ++q) E.bind(cj.invars[nc + q], e.in[nc + q]);
+    E.emit_eqns(cj);
+    E.line(go + " = " + E.name(cj.outvars[0]) + ";");
+  }
   E.line("if (!" + go + ") break;");
-  for (size_t c = 0; c < nc; ++c) E.names[bj.invars[c].id] = E.name(e.out[c]);
+  for (size_t c = 0; c < nc; ++c) E.bind_name(bj.invars[c], E.name(e.out[c]));
   for (size_t q = nc; q < bj.invars.size(); ++q) E.bind(bj.invars[q], e.in[ncc + q]);
   E.emit_eqns(bj);
   assign_outs(E, bj, e.out);
-  --E.depth;
-  E.line("}");
 }
 
 void cond(Emitter& E, const ir::Eqn& e) {
@@ -126,14 +119,13 @@ void cond(Emitter& E, const ir::Eqn& e) {
   std::string b = E.fresh("br");
   E.line("const int " + b + " = min(max((int)" + E.name(e.in[0]) + ", 0), " + std::to_string(br.size() - 1) + ");");
   for (size_t k = 0; k < br.size(); ++k) {
-    E.line(std::string(k ? "} else " : "") + (k + 1 < br.size() ? "if (" + b + " == " + std::to_string(k) + ") " : "") + "{");
-    ++E.depth;
+    // the next branch's `} else ` ends this one
+    Emitter::Block branch = E.block(std::string(k ? "} else " : "") + (k + 1 < br.size() ? "if (" + b + " == " + std::to_string(k) + ") " : "") + "{",
+                                    k + 1 < br.size() ? "" : "}");
     for (size_t q = 0; q < br[k]->invars.size(); ++q) E.bind(br[k]->invars[q], e.in[1 + q]);
     E.emit_eqns(*br[k]);
     for (size_t c = 0; c < e.out.size(); ++c) copy(E, E.name(e.out[c]), e.out[c], E.as_layout(br[k]->outvars[c], ValueLayout{}));
-    --E.depth;
   }
-  E.line("}");
 }
 
 }  // namespace
@@ -168,31 +160,27 @@ void register_control_rules(ir::RuleTable<LowerRule>& t) {
       off = E.reserve(off, site.values[k]);
     }
     if (off) E.sync();
-    E.line("if (threadIdx.x == 0 && plog) {");
-    ++E.depth;
-    std::string o = E.fresh("po");
-    E.line("unsigned long long " + o + " = atomicAdd(plog, " + std::to_string(R) + "ull);");
-    E.line("if (" + o + " + " + std::to_string(R) + "ull <= plog[1]) {");
-    ++E.depth;
-    std::string r = E.fresh("pr");
-    E.line("unsigned long long* " + r + " = plog + 2 + " + o + ";");
-    E.line(r + "[0] = " + std::to_string(id) + "ull; " + r + "[1] = (unsigned long long)lin;");
-    int64_t at = 2;
-    for (size_t k = 0; k < e.in.size(); ++k) {
-      const ir::Aval& a = site.values[k];
-      if (a.shape.empty()) {
-        E.line(r + "[" + std::to_string(at++) + "] = p_slot(" + E.name(e.in[k]) + ");");
-      } else {
-        int64_t n = shape_size(a.shape);
-        E.line("for (long long i = 0; i < " + std::to_string(n) + "ll; ++i) " + r + "[" + std::to_string(at) + " + i] = p_slot(" +
-               tiles[k] + "[i]);");
-        at += n;
+    {
+      Emitter::Block one = E.block("if (threadIdx.x == 0 && plog) {");
+      std::string o = E.fresh("po");
+      E.line("unsigned long long " + o + " = atomicAdd(plog, " + std::to_string(R) + "ull);");
+      Emitter::Block room = E.block("if (" + o + " + " + std::to_string(R) + "ull <= plog[1]) {");
+      std::string r = E.fresh("pr");
+      E.line("unsigned long long* " + r + " = plog + 2 + " + o + ";");
+      E.line(r + "[0] = " + std::to_string(id) + "ull; " + r + "[1] = (unsigned long long)lin;");
+      int64_t at = 2;
+      for (size_t k = 0; k < e.in.size(); ++k) {
+        const ir::Aval& a = site.values[k];
+        if (a.shape.empty()) {
+          E.line(r + "[" + std::to_string(at++) + "] = p_slot(" + E.name(e.in[k]) + ");");
+        } else {
+          int64_t n = shape_size(a.shape);
+          E.line("for (long long i = 0; i < " + std::to_string(n) + "ll; ++i) " + r + "[" + std::to_string(at) + " + i] = p_slot(" +
+                 tiles[k] + "[i]);");
+          at += n;
+        }
       }
     }
-    --E.depth;
-    E.line("}");
-    --E.depth;
-    E.line("}");
     if (off) E.sync();  // the exchange region is free again
   });
   t.set(PrimId::check, [](Emitter& E, const ir::Eqn& e) {

@@ -332,45 +332,35 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
     E.line("}");
   }
   E.sync();
-  E.line("{");
-  ++E.depth;
-  E.line("const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
-  E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
-  std::string ks_words = std::to_string(g.KS * static_cast<int64_t>(itemsize(t)) / 4);
-  int per = m.per_reg, half_words = m.k / 2 / per;  // words between the two k halves of a fragment
-  E.line("#pragma unroll");
-  E.line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
-  ++E.depth;
-  E.line("const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ";");
-  E.line("if (tile >= " + std::to_string(q.TM * q.TN) + ") break;");
-  E.line("const int m0 = (tile / " + std::to_string(q.TN) + ") * 16, n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
-  E.line("const int ra = m0 + g, rb = m0 + g + 8;");
-  E.line("_Pragma(\"unroll 1\") for (int kw = 0; kw < " + std::to_string(g.KP / per) + "; kw += " + std::to_string(m.k / per) + ") {");
-  ++E.depth;
-  // A register r: row g + 8 (r % 2), words q + half (r / 2); B register r: words q + half r, column g
-  E.line("u32 a[4], b[2];");
-  E.line("a[0] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q] : 0u;");
-  E.line("a[1] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q] : 0u;");
-  E.line("a[2] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-  E.line("a[3] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-  E.line("#pragma unroll");
-  E.line("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s) {");
-  ++E.depth;
-  E.line("const int col = n0 + s * 8 + g;");
-  E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
-  E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-  std::string cr = std::string(m.acc) == "float" ? "f" : "r";
-  auto c = [&](int r) { return frag + "[(t * " + std::to_string(q.NS) + " + s) * 4 + " + std::to_string(r) + "]"; };
-  E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c(0) + "), \"+" + cr +
-         "\"(" + c(1) + "), \"+" + cr + "\"(" + c(2) + "), \"+" + cr + "\"(" + c(3) + ") : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
-  --E.depth;
-  E.line("}");
-  --E.depth;
-  E.line("}");
-  --E.depth;
-  E.line("}");
-  --E.depth;
-  E.line("}");
+  {
+    Emitter::Block scope = E.block("{");
+    E.line("const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
+    E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
+    std::string ks_words = std::to_string(g.KS * static_cast<int64_t>(itemsize(t)) / 4);
+    int per = m.per_reg, half_words = m.k / 2 / per;  // words between the two k halves of a fragment
+    E.line("#pragma unroll");
+    Emitter::Block tiles = E.block("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
+    E.line("const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ";");
+    E.line("if (tile >= " + std::to_string(q.TM * q.TN) + ") break;");
+    E.line("const int m0 = (tile / " + std::to_string(q.TN) + ") * 16, n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + ";");
+    E.line("const int ra = m0 + g, rb = m0 + g + 8;");
+    Emitter::Block steps = E.block("_Pragma(\"unroll 1\") for (int kw = 0; kw < " + std::to_string(g.KP / per) + "; kw += " + std::to_string(m.k / per) + ") {");
+    // A register r: row g + 8 (r % 2), words q + half (r / 2); B register r: words q + half r, column g
+    E.line("u32 a[4], b[2];");
+    E.line("a[0] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q] : 0u;");
+    E.line("a[1] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q] : 0u;");
+    E.line("a[2] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+    E.line("a[3] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+    E.line("#pragma unroll");
+    Emitter::Block blocks = E.block("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s) {");
+    E.line("const int col = n0 + s * 8 + g;");
+    E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
+    E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+    std::string cr = std::string(m.acc) == "float" ? "f" : "r";
+    auto c = [&](int r) { return frag + "[(t * " + std::to_string(q.NS) + " + s) * 4 + " + std::to_string(r) + "]"; };
+    E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c(0) + "), \"+" + cr +
+           "\"(" + c(1) + "), \"+" + cr + "\"(" + c(2) + "), \"+" + cr + "\"(" + c(3) + ") : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
+  }
   E.sync();  // the operand tiles are read until here
 }
 

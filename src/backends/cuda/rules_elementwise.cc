@@ -133,7 +133,7 @@ void register_elementwise_rules(ir::RuleTable<LowerRule>& t) {
              std::to_string(itemsize(in.dtype)) + "); }");
     });
   });
-  auto alias = [](Emitter& E, const ir::Eqn& e) { E.names[e.out[0].id] = E.name(e.in[0]); };
+  auto alias = [](Emitter& E, const ir::Eqn& e) { E.bind_name(e.out[0], E.name(e.in[0])); };
   t.set(PrimId::stop_gradient, alias);
   t.set(PrimId::multiple_of, alias);
   t.set(PrimId::max_contiguous, alias);

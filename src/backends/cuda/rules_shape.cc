@@ -140,21 +140,17 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, con
     declare(pa, R);
     E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) { " + set_init(comps(pa, "r")) + "}");
     E.line("#pragma unroll");
-    E.line("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) {");
-    ++E.depth;
-    std::string col = "((k / " + Vs + ") % " + LS + ") * " + Ss + " + (int)threadIdx.x * " + Vs + " + k % " + Vs;
-    E.line(F.fold_element(comps(pa, "(k / " + Vs + ") / " + LS), "ld(" + x + "[k])", col));
-    --E.depth;
-    E.line("}");
+    {
+      Emitter::Block slots = E.block("for (int k = 0; k < " + std::to_string(E.per_thread(in.shape)) + "; ++k) {");
+      std::string col = "((k / " + Vs + ") % " + LS + ") * " + Ss + " + (int)threadIdx.x * " + Vs + " + k % " + Vs;
+      E.line(F.fold_element(comps(pa, "(k / " + Vs + ") / " + LS), "ld(" + x + "[k])", col));
+    }
     parts = W;
     bind_partials();
     E.line("#pragma unroll");
-    E.line("for (int r = 0; r < " + std::to_string(R) + "; ++r) {");
-    ++E.depth;
+    Emitter::Block rows = E.block("for (int r = 0; r < " + std::to_string(R) + "; ++r) {");
     shfl(comps(pa, "r"), 32);
     store_partial("(threadIdx.x & 31) == 0", "r * " + std::to_string(W) + " + (threadIdx.x >> 5)", comps(pa, "r"));
-    --E.depth;
-    E.line("}");
   } else {
     // run g of this thread (flat e = g * S + t * V) is in row g * (S / L) + t / LT
     int64_t LT = L / V, G = E.per_thread(in.shape) / V, N = in.size();
@@ -162,28 +158,24 @@ bool reduce_rows(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red, con
     std::string pg = E.fresh("pg");
     declare(pg, G);
     E.line("#pragma unroll");
-    E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
-    ++E.depth;
-    E.line(set_init(comps(pg, "g")));
-    E.line("if (g * " + Ss + " + threadIdx.x * " + Vs + " < " + std::to_string(N) + ")");
-    std::string col = "((int)threadIdx.x * " + Vs + " + i) % " + Ls;
-    E.line("  for (int i = 0; i < " + Vs + "; ++i) { " + F.fold_element(comps(pg, "g"), "ld(" + x + "[g * " + Vs + " + i])", col) + " }");
-    shfl(comps(pg, "g"), std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
-    --E.depth;
-    E.line("}");
+    {
+      Emitter::Block runs = E.block("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
+      E.line(set_init(comps(pg, "g")));
+      E.line("if (g * " + Ss + " + threadIdx.x * " + Vs + " < " + std::to_string(N) + ")");
+      std::string col = "((int)threadIdx.x * " + Vs + " + i) % " + Ls;
+      E.line("  for (int i = 0; i < " + Vs + "; ++i) { " + F.fold_element(comps(pg, "g"), "ld(" + x + "[g * " + Vs + " + i])", col) + " }");
+      shfl(comps(pg, "g"), std::min<int64_t>(LT, 32));  // every lane takes part (full-warp shuffles)
+    }
     parts = LT > 32 ? LT / 32 : 1;
     bind_partials();
     E.line("#pragma unroll");
-    E.line("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
-    ++E.depth;
+    Emitter::Block runs = E.block("for (int g = 0; g < " + std::to_string(G) + "; ++g) {");
     std::string row = "(g * " + std::to_string(S / L) + " + (int)threadIdx.x / " + std::to_string(LT) + ")";
     if (LT > 32)
       store_partial("(threadIdx.x & 31) == 0 && " + row + " < " + std::to_string(R),
                     row + " * " + std::to_string(parts) + " + ((int)threadIdx.x >> 5) % " + std::to_string(parts), comps(pg, "g"));
     else
       store_partial("(int)threadIdx.x % " + std::to_string(LT) + " == 0 && " + row + " < " + std::to_string(R), row, comps(pg, "g"));
-    --E.depth;
-    E.line("}");
   }
   E.sync();
   auto finish = [&](const std::string& dst, const std::string& r) {
@@ -236,16 +228,13 @@ bool reduce_columns(Emitter& E, const ir::Eqn& e, const std::vector<bool>& red) 
     // input slot (a * C/S + b) * V + i holds column b * S + t * V + i = the output's slot b * V + i
     int64_t CS = C / S;
     E.line("#pragma unroll");
-    E.line("for (int k = 0; k < " + std::to_string(CS * V) + "; ++k) {");
-    ++E.depth;
+    Emitter::Block slots = E.block("for (int k = 0; k < " + std::to_string(CS * V) + "; ++k) {");
     std::string acc = E.fresh("acc");
     E.line(T + " " + acc + " = " + init + ";");
     E.line("#pragma unroll");
     E.line("for (int a = 0; a < " + std::to_string(R) + "; ++a) " + acc + " = " +
            combine(id, T, acc, "ld(" + x + "[(a * " + std::to_string(CS) + " + k / " + Vs + ") * " + Vs + " + k % " + Vs + "])") + ";");
     E.line(E.elem(o, "k") + " = cv<" + out_t + ">(" + acc + ");");
-    --E.depth;
-    E.line("}");
     return true;
   }
   if (S % C || C % V) return false;
@@ -297,10 +286,9 @@ void reduce_fragment_rows(Emitter& E, const ir::Eqn& e) {
   std::string T = compute_type(in_t), x = E.name(e.in[0]), NS = std::to_string(L.grid.NS);
   int64_t n = 2 * L.grid.NS;
   E.line("#pragma unroll");
-  E.line("for (int t = 0; t < " + std::to_string(L.grid.TPW) + "; ++t)");
-  E.line("  #pragma unroll");
-  E.line("  for (int h = 0; h < 2; ++h) {");
-  E.depth += 2;
+  Emitter::Block tiles = E.block("for (int t = 0; t < " + std::to_string(L.grid.TPW) + "; ++t)", "");  // its body: the h loop
+  E.line("#pragma unroll");
+  Emitter::Block rows = E.block("for (int h = 0; h < 2; ++h) {");
   E.line(T + " v_[" + std::to_string(n) + "];");
   E.line("#pragma unroll");
   E.line("for (int u = 0; u < " + std::to_string(n) + "; ++u)");
@@ -318,8 +306,6 @@ void reduce_fragment_rows(Emitter& E, const ir::Eqn& e) {
   E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 1)") + ";");
   E.line("acc = " + combine(id, T, "acc", "__shfl_xor_sync(0xffffffffu, acc, 2)") + ";");
   E.line(E.name(o) + "[t * 2 + h] = cv<" + ctype(o.aval.dtype) + ">(acc);");
-  E.depth -= 2;
-  E.line("  }");
 }
 
 void reduce(Emitter& E, const ir::Eqn& e) {
@@ -375,14 +361,13 @@ void reduce(Emitter& E, const ir::Eqn& e) {
     for (size_t d = 0; d < kept.size(); ++d) base += " + " + oi[d] + " * " + std::to_string(kst[d]);
     std::string acc = E.fresh("acc");
     E.line(T + " " + acc + " = " + init_value(id, t) + ";");
-    E.line("for (int r = 0; r < " + std::to_string(shape_size(rs)) + "; ++r) {");
-    ++E.depth;
-    auto ri = E.unravel("r", rs);
-    std::string off = base;
-    for (size_t d = 0; d < rs.size(); ++d) off += " + " + ri[d] + " * " + std::to_string(rst[d]);
-    E.line(acc + " = " + combine(id, T, acc, "ld(" + xs + "[" + off + "])") + ";");
-    --E.depth;
-    E.line("}");
+    {
+      Emitter::Block rows = E.block("for (int r = 0; r < " + std::to_string(shape_size(rs)) + "; ++r) {");
+      auto ri = E.unravel("r", rs);
+      std::string off = base;
+      for (size_t d = 0; d < rs.size(); ++d) off += " + " + ri[d] + " * " + std::to_string(rst[d]);
+      E.line(acc + " = " + combine(id, T, acc, "ld(" + xs + "[" + off + "])") + ";");
+    }
     E.line(E.elem(o, "k") + " = cv<" + ctype(o.aval.dtype) + ">(" + acc + ");");
   });
   E.sync();
@@ -424,7 +409,7 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   ir::Aval in = ir::atom_aval(e.in[0]);
   const ir::Var& o = e.out[0];
   if (Emitter::scalar_like(in)) {
-    if (Emitter::scalar_like(o.aval)) { E.names[o.id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(o.aval)) { E.bind_name(o, E.name(e.in[0])); return; }
     E.declare(o);
     E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + ";"); });
     E.uniform[o.id] = E.name(e.in[0]);
@@ -432,7 +417,7 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   }
   if (E.layout_of(e.in[0]).kind == ValueLayout::Rows) {  // row statistics: in registers already
     ValueLayout out = E.layout_of(o);
-    if (out.kind == ValueLayout::Rows) { E.names[o.id] = E.name(e.in[0]); return; }  // [M] -> [M, 1]
+    if (out.kind == ValueLayout::Rows) { E.bind_name(o, E.name(e.in[0])); return; }  // [M] -> [M, 1]
     E.declare(o);
     E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + E.name(e.in[0]) + "[rk];"); });
     return;
@@ -506,12 +491,12 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
     });
   });
   t.set(PrimId::broadcast_in_dim, broadcast);
-  auto same_order = [](Emitter& E, const ir::Eqn& e) { E.names[e.out[0].id] = E.name(e.in[0]); };
+  auto same_order = [](Emitter& E, const ir::Eqn& e) { E.bind_name(e.out[0], E.name(e.in[0])); };
   t.set(PrimId::reshape, same_order);
   t.set(PrimId::squeeze, same_order);
   t.set(PrimId::transpose, [](Emitter& E, const ir::Eqn& e) {
     ir::Aval in = ir::atom_aval(e.in[0]);
-    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(in)) { E.bind_name(e.out[0], E.name(e.in[0])); return; }
     auto perm = e.params.get<std::vector<int64_t>>("permutation");
     auto st = row_major_strides(in.shape);
     gather(E, e, [&](const std::vector<std::string>& oi) {
@@ -555,7 +540,7 @@ void register_shape_rules(ir::RuleTable<LowerRule>& t) {
   t.set(PrimId::argmin, arg);
   t.set(PrimId::cumsum, [](Emitter& E, const ir::Eqn& e) {
     ir::Aval in = ir::atom_aval(e.in[0]);
-    if (Emitter::scalar_like(in)) { E.names[e.out[0].id] = E.name(e.in[0]); return; }
+    if (Emitter::scalar_like(in)) { E.bind_name(e.out[0], E.name(e.in[0])); return; }
     int ax = static_cast<int>(e.params.get_int("axis"));
     if (ax < 0) ax += in.ndim();
     std::string T = compute_type(in.dtype);

@@ -17,8 +17,8 @@ std::string ValueLayout::str() const {
 ValueLayout Emitter::layout_of(const ir::Atom& a) const {
   auto* v = std::get_if<ir::Var>(&a);
   if (!v || scalar_like(v->aval)) return {};
-  auto it = value_layouts.find(v->id);
-  return it == value_layouts.end() ? ValueLayout{} : it->second;
+  auto it = value_layouts_.find(v->id);
+  return it == value_layouts_.end() ? ValueLayout{} : it->second;
 }
 
 int64_t Emitter::slots(const ir::Var& v) const {
@@ -45,35 +45,30 @@ void Emitter::foreach_fragments(const ValueLayout& L, const std::function<void()
   need(q.TPW * q.W != q.TM * q.TN, "tile < " + std::to_string(q.TM * q.TN));
   need(L.M % q.rows() != 0, "i < " + std::to_string(L.M));
   line("#pragma unroll");
-  line("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
-  ++depth;
+  Block tiles = block("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
   line("const int tile = (threadIdx.x >> " + std::string(q.wg ? "7" : "5") + ") + t * " + std::to_string(q.W) +
        ", g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3; (void)tile; (void)q;");
   line("const int m0 = (tile / " + std::to_string(q.TN) + ") * " + std::to_string(q.rows()) + (q.wg ? " + 16 * ((threadIdx.x >> 5) & 3)" : "") +
        ", n0 = (tile % " + std::to_string(q.TN) + ") * " + std::to_string(8 * q.NS) + "; (void)n0;");
+  line("#pragma unroll");
   if (L.kind == ValueLayout::Rows) {
-    line("#pragma unroll");
-    line("for (int h = 0; h < 2; ++h) {");
-    line("  const int k = t * 2 + h, rk = k, i = m0 + g + 8 * h, e = i; (void)rk; (void)e;");
-    line("  if (" + (guard.empty() ? std::string("true") : guard) + ") {");
-  } else {
-    // accumulator r of n-block s: row g + 8 (r / 2), column 8 s + 2 q + r % 2
-    line("#pragma unroll");
-    line("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s)");
-    line("  #pragma unroll");
-    line("  for (int r = 0; r < 4; ++r) {");
-    line("  const int k = (t * " + std::to_string(q.NS) + " + s) * 4 + r, rk = t * 2 + r / 2, i = m0 + g + 8 * (r / 2), j = n0 + s * 8 + 2 * q + r % 2; (void)rk; (void)i; (void)j;");
-    line("  const int e = i * " + std::to_string(L.N) + " + j; (void)e;");
-    need(L.N % (8 * q.NS) != 0, "j < " + std::to_string(L.N));
-    line("  if (" + (guard.empty() ? std::string("true") : guard) + ") {");
+    Block rows = block("for (int h = 0; h < 2; ++h) {");
+    line("const int k = t * 2 + h, rk = k, i = m0 + g + 8 * h, e = i; (void)rk; (void)e;");
+    Block in = block("if (" + (guard.empty() ? std::string("true") : guard) + ") {");
+    f();
+    return;
   }
-  depth += 2;
+  // accumulator r of n-block s: row g + 8 (r / 2), column 8 s + 2 q + r % 2. The s loop's
+  // Block holds the r loop, printed as it always was: the r loop's body at the depth of its
+  // `for`, its closing brace (the s Block's) one level out.
+  Block blocks = block("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s)");
+  line("#pragma unroll");
+  line("for (int r = 0; r < 4; ++r) {");
+  line("const int k = (t * " + std::to_string(q.NS) + " + s) * 4 + r, rk = t * 2 + r / 2, i = m0 + g + 8 * (r / 2), j = n0 + s * 8 + 2 * q + r % 2; (void)rk; (void)i; (void)j;");
+  line("const int e = i * " + std::to_string(L.N) + " + j; (void)e;");
+  need(L.N % (8 * q.NS) != 0, "j < " + std::to_string(L.N));
+  Block in = block("if (" + (guard.empty() ? std::string("true") : guard) + ") {");
   f();
-  depth -= 2;
-  line("  }");
-  line("}");
-  --depth;
-  line("}");
 }
 
 // Any layout to any other: the value goes to shared memory row-major (put_shared writes from
