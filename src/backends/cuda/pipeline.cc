@@ -44,10 +44,6 @@ bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, con
   return true;
 }
 
-// Shared memory the pipeline may take (the exchange region and resident blocks need the rest
-// of the 227 KiB a block may have).
-constexpr size_t kPipelineBudget = 200 * 1024;
-
 // The transposing copy's order. A load [K, N] (rows K, columns N contiguous in memory) goes to
 // a K-major tile (rows N, runs of K): each warp instruction copies 4 words of K x 8 of N (four
 // 32-byte sectors read; the words land in 32 different banks: the swizzle spreads the 8 rows
@@ -305,7 +301,7 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
   const ir::Eqn* rotated = nullptr;
   for (const PipelinedLoad& l : p.loads)
     if (read_next_iteration && l.dot == read_next_iteration && !l.staged()) rotated = read_next_iteration;
-  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= kPipelineBudget; };
+  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= P.budgets.loop_stages; };
   // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
   // the rotation overlaps the second dot with the next iteration's first, worth more to
   // flash attention's loop than a third stage (D128 with 128 keys a block, D256: 64 KB stages).

@@ -28,6 +28,11 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   // sm_90: 227 KiB; sm_80: 163 KiB; any other (sm_86, sm_89, "any sm_80+"): 99 KiB.
   const std::string& a = P.target.arch;
   P.smem_limit = a.rfind("sm_90", 0) == 0 ? 232448 : a == "sm_80" ? 166912 : 101376;
+  // The budgets the three planners kept in their own files before, unchanged: 48 KiB for
+  // resident outputs, 160 KiB for grid stages, 200 KiB for loop stages — each leaving the rest of
+  // sm_90's 227 KiB to the body's exchanges (attention D128 did not launch with grid stages on
+  // top of its loop's). The grid and loop pipelines need TMA or wgmma: only sm_90a uses them.
+  P.budgets = {48 * 1024, 160 * 1024, 200 * 1024};
   // The symbol names the call and everything else that changes its code (one kernel traced for
   // two targets or stage counts gets two names, so dumps and profiles never mix them up).
   uint64_t h = call.hash();

@@ -123,6 +123,13 @@ struct KernelPlan {
   bool tma = false;    // TMA tensor copies are allowed (sm_90a, the launcher encodes maps, aligned arrays)
   bool checks = false;  // pl::check outside checkify (debug = true)
   size_t smem_limit = 0;  // dynamic shared memory a CUDA block may take on the target
+  // What each shared-memory user may take, decided once here (plan/kernel.cc) until one
+  // allocator sees the whole kernel: the rest of smem_limit is left to the body's exchanges.
+  struct SharedBudgets {
+    size_t resident_outputs = 0;  // revisited output blocks kept over the sequential loop, with scratch below them
+    size_t grid_stages = 0;       // the grid pipeline's stages, with everything below them
+    size_t loop_stages = 0;       // one loop pipeline's buffers and staged tiles
+  } budgets;
   bool grid_pipeline_allowed = true;  // off when the kernel did not fit with the grid's stages (lower.cc)
   LayoutPlan layout;                                   // blocked-layout
   std::unordered_map<const ir::Eqn*, DotPlan> dots;    // dot-kinds

@@ -3,7 +3,7 @@
 // memory for the whole sequential loop — copied in once, read and written there by every
 // program of the loop, copied out once — instead of a round trip through global memory per
 // program. Not when its accumulation must be atomic (programs on parallel axes share its
-// blocks), nor past 48 KiB of shared memory with what is below it.
+// blocks), nor past the budget for resident blocks (KernelPlan::budgets) with what is below it.
 #include "src/backends/cuda/plan/passes.h"
 
 namespace pallas::cuda {
@@ -19,7 +19,6 @@ bool shared_by_parallel_programs(const core::GridMapping& gm, const core::BlockM
 
 void plan_resident_outputs(const core::PallasCall& call, KernelPlan& P) {
   const core::GridMapping& gm = call.grid;
-  constexpr size_t kBudget = 48 * 1024;
   P.grid.resident.assign(gm.outputs.size(), false);
   P.smem.resident.assign(gm.outputs.size(), 0);
   std::string text;
@@ -35,8 +34,9 @@ void plan_resident_outputs(const core::PallasCall& call, KernelPlan& P) {
     size_t bytes = static_cast<size_t>(shape_size(bm.block_shape)) * itemsize(bm.array.dtype);
     if (bm.index_map_reads(seq, /*prefetch=*/true)) {
       text += head + "in global memory (its block changes along the sequential axes)\n";
-    } else if (P.smem.top() + bytes > kBudget) {
-      text += head + "in global memory (" + std::to_string(bytes) + " bytes above " + std::to_string(P.smem.top()) + " pass the 48 KiB for resident blocks)\n";
+    } else if (P.smem.top() + bytes > P.budgets.resident_outputs) {
+      text += head + "in global memory (" + std::to_string(bytes) + " bytes above " + std::to_string(P.smem.top()) + " pass the " +
+              std::to_string(P.budgets.resident_outputs / 1024) + " KiB for resident blocks)\n";
     } else if (shared_by_parallel_programs(gm, bm)) {
       text += head + "in global memory (programs on parallel axes share its blocks: atomic accumulation)\n";
     } else {
