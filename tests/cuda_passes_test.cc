@@ -79,6 +79,20 @@ TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
               HasSubstr("target sm_80 maps aligned vec=0, 166912 bytes of shared memory\n"));
 }
 
+// The symbol: one name for a kernel's images for several archs (an AOT library looks them all up
+// by one name), another for other stages or switches (dumps and profiles keep them apart).
+TEST(CudaPasses, TheSymbolIsTheSameAcrossArchsOnly) {
+  auto name = [](int stages, const std::string& arch, bool tensor_maps = false) {
+    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({1024}, pl::f32),
+                             {.name = "sym", .compiler_params = {.num_stages = stages}});
+    k.trace({pl::ShapeDtype({1024}, pl::f32)});
+    return cu::plan_kernel(k.state()->get_traced(), cu::target_from_env("test", arch, tensor_maps), true, 1).name;
+  };
+  EXPECT_EQ(name(2, "sm_90a"), name(2, "sm_80"));
+  EXPECT_NE(name(2, "sm_90a"), name(3, "sm_90a"));
+  EXPECT_NE(name(2, "sm_90a", false), name(2, "sm_90a", true));
+}
+
 TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
   // bf16, 128 rows, 4 warps on sm_90a: wgmma, one tile of 64 rows per warpgroup
   EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 4), mm_args(pl::bf16), "dot-kinds"),

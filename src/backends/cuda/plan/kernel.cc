@@ -33,11 +33,15 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   // sm_90's 227 KiB to the body's exchanges (attention D128 did not launch with grid stages on
   // top of its loop's). The grid and loop pipelines need TMA or wgmma: only sm_90a uses them.
   P.budgets = {48 * 1024, 160 * 1024, 200 * 1024};
-  // The symbol names the call and everything else that changes its code (one kernel traced for
-  // two targets or stage counts gets two names, so dumps and profiles never mix them up).
+  // The symbol names the call and everything else that changes its code but the arch (one
+  // kernel traced for two stage counts or switches gets two names, so dumps and profiles never
+  // mix them up). Not the arch: an AOT library's images of one kernel for several archs are
+  // looked up by one name.
   uint64_t h = call.hash();
+  Target keyed = P.target;
+  keyed.arch.clear();
   const std::string params = "warps " + std::to_string(cp.num_warps) + " stages " + std::to_string(cp.num_stages) + (call.debug ? " debug " : " ") +
-                             P.target.text();
+                             keyed.text();
   for (unsigned char c : params) h = (h ^ c) * 1099511628211ull;
   char hb[32];
   std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(h));
