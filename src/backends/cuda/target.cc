@@ -45,8 +45,8 @@ Target target_from_env(const std::string& what, const std::string& arch, bool te
   const char* li = std::getenv("PALLAS_LINEINFO");
   t.lineinfo = li ? std::string(li) != "0" : std::getenv("CUDA_INJECTION64_PATH") != nullptr;
   // PALLAS_FAST_COMPILE=min|mid|max: NVRTC's --Ofast-compile, less optimisation for shorter
-  // first calls (measured on the CPU: a bf16 matmul's compile 227 -> 152 ms at mid; its effect
-  // on the kernels' speed is measured in docs/benchmarks.md before it is ever a default).
+  // first calls. Measured on an H100 (docs/benchmarks.md, 2026-12-07): at mid, first calls a
+  // third shorter and matmuls 25-30x slower. For measuring only; never a default.
   if (const char* fc = std::getenv("PALLAS_FAST_COMPILE"); fc && *fc && std::string(fc) != "0") {
     std::string v = fc;
     if (v != "min" && v != "mid" && v != "max")
