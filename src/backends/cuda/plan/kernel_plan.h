@@ -136,7 +136,7 @@ struct KernelPlan {
   std::unordered_map<int64_t, ValueLayout> values;     // value-layouts (absent, and every scalar: blocked)
   GridPlan grid;                                       // resident-outputs, grid-pipeline
   SharedPlan smem;                                     // shared-memory
-  std::unordered_map<int64_t, RefPlan> refs;           // refs: every ref var, sub-jaxprs' included
+  std::unordered_map<int64_t, RefPlan> refs;           // refs: input blocks in global memory, and the loop and branch refs bound to them
   std::unordered_map<const ir::Eqn*, std::shared_ptr<const LoopPlan>> loops;  // loop-plans: per fori_loop
   // The dump: (pass, its section), in the order the passes ran.
   std::vector<std::pair<std::string, std::string>> sections;
