@@ -8,6 +8,8 @@
 #   scripts/source_corpus.sh build before.txt; (change, rebuild); scripts/source_corpus.sh build after.txt
 #   diff <(cut -d' ' -f1,2 before.txt) <(cut -d' ' -f1,2 after.txt)   (the third column: the symbol)
 # (CudaLayout.PtxasReportOnRequest needs NVRTC, which this mode skips.)
+# A kernel some test lowers for two archs has one symbol (the arch is not in its hash): the
+# corpus keeps the source printed last, the same in two runs of the same tests.
 # The sources are kept in $CORPUS_DIR (default: a temporary directory) to diff one kernel.
 set -euo pipefail
 build=${1:?usage: source_corpus.sh BUILD_DIR OUT_FILE}

@@ -56,7 +56,8 @@ pl::Call matmul(int64_t bm, int64_t bn, int64_t bk, pl::DType t, int warps, pl::
       },
       pl::ShapeDtype({512, 512}, acc_t),
       {.grid = {512 / bm, 512 / bn},
-       .in_specs = {pl::BlockSpec({bm, 512}, [](V i, V) { return pl::idx(i, 0); }), pl::BlockSpec({512, bn}, [](V, V j) { return pl::idx(0, j); })},
+       .in_specs = {pl::BlockSpec({bm, 512}, [](V i, V) { return pl::idx(i, 0); }),
+                    pl::BlockSpec({512, bn}, [](V, V j) { return pl::idx(0, j); })},
        .out_specs = {pl::BlockSpec({bm, bn}, [](V i, V j) { return pl::idx(i, j); })},
        .compiler_params = {.num_warps = warps}});
 }
@@ -65,8 +66,8 @@ std::vector<pl::ShapeDtype> mm_args(pl::DType t) { return {pl::ShapeDtype({512, 
 TEST(CudaPasses, TheListInOrder) {
   std::vector<std::string> names;
   for (const cu::PlanPass& p : cu::plan_passes()) names.push_back(p.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"kernel", "blocked-layout", "dot-kinds", "value-layouts", "scratch", "resident-outputs", "grid-pipeline",
-                                             "shared-memory", "refs", "loop-plans", "dot-operands"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"kernel", "blocked-layout", "dot-kinds", "value-layouts", "scratch", "resident-outputs",
+                                             "grid-pipeline", "shared-memory", "refs", "loop-plans", "dot-operands"}));
 }
 
 TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
@@ -74,7 +75,8 @@ TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
                            {.name = "copy", .compiler_params = {.num_warps = 8, .num_stages = 2}});
   std::string s = section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel");
   EXPECT_THAT(s, ::testing::StartsWith("pallas_copy_"));
-  EXPECT_THAT(s, HasSubstr(": 256 threads (8 warps), 2 stages, target sm_90a maps aligned vec=0, wgmma, tma, 232448 bytes of shared memory\n"));
+  EXPECT_THAT(
+      s, HasSubstr(": 256 threads (8 warps), 2 stages, target sm_90a maps aligned vec=0, wgmma, tma, 232448 bytes of shared memory\n"));
   EXPECT_THAT(section(k, {pl::ShapeDtype({1024}, pl::f32)}, "kernel", "sm_80"),
               HasSubstr("target sm_80 maps aligned vec=0, 166912 bytes of shared memory\n"));
 }
@@ -106,7 +108,8 @@ TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
   // f32 at Precision::Highest: SIMT (tf32 would round it); f64: no tensor-core instruction
   EXPECT_EQ(section(matmul(64, 64, 32, pl::f32, 4, pl::Precision::Highest), mm_args(pl::f32), "dot-kinds"),
             "dot 0: simt 64x64x32 (Precision::Highest f32 (tf32 would round it))\n");
-  EXPECT_EQ(section(matmul(64, 64, 32, pl::f64, 4), mm_args(pl::f64), "dot-kinds"), "dot 0: simt 64x64x32 (no tensor-core instruction for f64)\n");
+  EXPECT_EQ(section(matmul(64, 64, 32, pl::f64, 4), mm_args(pl::f64), "dot-kinds"),
+            "dot 0: simt 64x64x32 (no tensor-core instruction for f64)\n");
 }
 
 TEST(CudaPasses, ScratchGoesAtTheBottomAligned) {
@@ -213,7 +216,8 @@ TEST(CudaPasses, RefsFollowTheirBindingsIntoLoops) {
 // the dot's tiles, the dot stays in flight; nothing on sm_80 or for SIMT dots.
 TEST(CudaPasses, LoopPlansOfAKLoop) {
   EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-plans"),
-            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, no barrier per iteration\n"
+            "loop: 3 stages, 4 buffers of 32768 bytes, copies 2 iteration(s) ahead, the dot in flight across iterations, no barrier per "
+            "iteration\n"
             "  pipelined by TMA: operand A (bf16[128,64], K-major) of the dot giving f32[128,128]\n"
             "  pipelined by TMA: operand B (bf16[64,128], MN-major) of the dot giving f32[128,128]\n");
   EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-plans", "sm_80"), "");
@@ -236,8 +240,11 @@ TEST(CudaPasses, LoopPlansOfAKLoop) {
 // the target's limit. (Run on both backends: ShapeOps.TileLargerThanSharedMemory.)
 TEST(CudaPasses, ExchangeLargerThanSharedMemoryGoesThroughGlobalScratch) {
   auto big = [](int64_t rows) {
-    auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::transpose(x[pl::all], {2, 0, 1}); },
-                             pl::ShapeDtype({256, rows, 24}, pl::f32));
+    auto k = pl::pallas_call(
+        [](pl::Ref x, pl::Ref o) {
+          o[pl::all] = pl::transpose(x[pl::all], {2, 0, 1});
+        },
+        pl::ShapeDtype({256, rows, 24}, pl::f32));
     k.trace({pl::ShapeDtype({rows, 24, 256}, pl::f32)});
     return cu::lower(k.state()->get_traced(), "sm_90a");
   };
@@ -261,11 +268,14 @@ TEST(CudaPasses, DumpWritesThePlanAfterEveryPass) {
   const char* was = std::getenv("PALLAS_DUMP_PASSES");  // scripts/source_corpus.sh sets it for the whole suite
   const std::string saved = was ? was : "";
   setenv("PALLAS_DUMP_PASSES", dir.c_str(), 1);
-  auto k = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.f; }, pl::ShapeDtype({1024}, pl::f32), {.name = "dumped"});
+  auto k =
+      pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.f; }, pl::ShapeDtype({1024}, pl::f32), {.name = "dumped"});
   k.trace({pl::ShapeDtype({1024}, pl::f32)});
   cu::Lowered L = cu::lower(k.state()->get_traced(), "sm_90a");
-  if (was) setenv("PALLAS_DUMP_PASSES", saved.c_str(), 1);
-  else unsetenv("PALLAS_DUMP_PASSES");
+  if (was)
+    setenv("PALLAS_DUMP_PASSES", saved.c_str(), 1);
+  else
+    unsetenv("PALLAS_DUMP_PASSES");
   const auto& passes = cu::plan_passes();
   for (size_t i = 0; i < passes.size(); ++i) {
     char nn[8];

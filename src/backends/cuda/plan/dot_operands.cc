@@ -52,9 +52,11 @@ struct Walk {
     int64_t kpad = 0;
     auto A = wgmma_operand_tile(P, e, 0, &a_rows_mn, &kpad), B = wgmma_operand_tile(P, e, 1, &a_rows_mn, &kpad);
     auto in_smem = [](DotPlan::Operand o) { return o == DotPlan::Operand::Written ? " written to shared memory" : " in shared memory"; };
-    text << "dot " << ir::atom_aval(e.in[0]).str() << (d.ta ? "^T" : "") << " x " << ir::atom_aval(e.in[1]).str() << (d.tb ? "^T" : "") << ": wgmma m64n"
-         << 8 * d.grid.NS << "k" << d.mma->k << ", " << d.grid.TM * d.grid.TN << " tile(s) over " << d.grid.W << " warpgroup(s); A "
-         << (d.a == DotPlan::Operand::Registers ? std::string("in registers (its fragments)") : std::string(A->k_major ? "K-major" : "MN-major") + in_smem(d.a))
+    text << "dot " << ir::atom_aval(e.in[0]).str() << (d.ta ? "^T" : "") << " x " << ir::atom_aval(e.in[1]).str() << (d.tb ? "^T" : "")
+         << ": wgmma m64n" << 8 * d.grid.NS << "k" << d.mma->k << ", " << d.grid.TM * d.grid.TN << " tile(s) over " << d.grid.W
+         << " warpgroup(s); A "
+         << (d.a == DotPlan::Operand::Registers ? std::string("in registers (its fragments)")
+                                                : std::string(A->k_major ? "K-major" : "MN-major") + in_smem(d.a))
          << ", B " << (B->k_major ? "K-major" : "MN-major") << in_smem(d.b) << "\n";
   }
 };

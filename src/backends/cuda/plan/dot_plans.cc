@@ -28,8 +28,10 @@ const MmaKind* mma_kind(DType t, bool highest) {
 
 std::string DotPlan::str() const {
   std::ostringstream o;
-  o << (kind == Kind::Wgmma ? "wgmma" : kind == Kind::MmaSync ? "mma.sync" : "simt") << " " << M << "x" << N << "x" << K << (ta ? " ta" : "")
-    << (tb ? " tb" : "");
+  o << (kind == Kind::Wgmma     ? "wgmma"
+        : kind == Kind::MmaSync ? "mma.sync"
+                                : "simt")
+    << " " << M << "x" << N << "x" << K << (ta ? " ta" : "") << (tb ? " tb" : "");
   if (mma) {
     o << ", " << grid.W << (grid.wg ? " warpgroups" : " warps") << ", tiles " << grid.TM << "x" << grid.TN << " of " << grid.rows() << "x"
       << 8 * grid.NS << ", " << grid.TPW << " per worker";
@@ -59,9 +61,9 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
   int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
   d.mma = P.threads % 32 == 0 ? mma_kind(a.dtype, prec == 2) : nullptr;
   if (!d.mma) {
-    d.why = P.threads % 32 ? "threads are not whole warps"
+    d.why = P.threads % 32          ? "threads are not whole warps"
             : a.dtype == DType::F32 ? "Precision::Highest f32 (tf32 would round it)"
-                                     : std::string("no tensor-core instruction for ") + dtype_name(a.dtype);
+                                    : std::string("no tensor-core instruction for ") + dtype_name(a.dtype);
     return d;
   }
   MmaGrid& q = d.grid;
@@ -80,9 +82,12 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     q.W = P.threads / 32;
     q.TM = (d.M + 15) / 16;
     q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
-    if (!P.wgmma) d.why = "no wgmma on " + (P.target.arch.empty() ? std::string("this target") : P.target.arch);
-    else if (P.threads % 128) d.why = "threads are not whole warpgroups";
-    else d.why = "fewer than 64 rows";
+    if (!P.wgmma)
+      d.why = "no wgmma on " + (P.target.arch.empty() ? std::string("this target") : P.target.arch);
+    else if (P.threads % 128)
+      d.why = "threads are not whole warpgroups";
+    else
+      d.why = "fewer than 64 rows";
   }
   q.TN = (d.N + 8 * q.NS - 1) / (8 * q.NS);
   q.TPW = (q.TM * q.TN + q.W - 1) / q.W;

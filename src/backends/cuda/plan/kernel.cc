@@ -40,16 +40,16 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   uint64_t h = call.hash();
   Target keyed = P.target;
   keyed.arch.clear();
-  const std::string params = "warps " + std::to_string(cp.num_warps) + " stages " + std::to_string(cp.num_stages) + (call.debug ? " debug " : " ") +
-                             keyed.text();
+  const std::string params =
+      "warps " + std::to_string(cp.num_warps) + " stages " + std::to_string(cp.num_stages) + (call.debug ? " debug " : " ") + keyed.text();
   for (unsigned char c : params) h = (h ^ c) * 1099511628211ull;
   char hb[32];
   std::snprintf(hb, sizeof hb, "%016llx", static_cast<unsigned long long>(h));
   P.name = "pallas_" + sanitize(call.name.empty() ? std::string("kernel") : call.name) + "_" + hb;
   std::ostringstream t;
   t << P.name << ": " << P.threads << " threads (" << warps << " warps), " << P.stages << " stages, target " << P.target.text()
-    << (P.wgmma ? ", wgmma" : "") << (P.tma ? ", tma" : "") << (P.checks ? ", checks" : "") << ", " << P.smem_limit << " bytes of shared memory" << (P.grid_pipeline_allowed ? "" : ", no grid pipeline")
-    << "\n";
+    << (P.wgmma ? ", wgmma" : "") << (P.tma ? ", tma" : "") << (P.checks ? ", checks" : "") << ", " << P.smem_limit
+    << " bytes of shared memory" << (P.grid_pipeline_allowed ? "" : ", no grid pipeline") << "\n";
   P.sections.push_back({"kernel", t.str()});
 }
 

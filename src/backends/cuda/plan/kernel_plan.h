@@ -45,9 +45,9 @@ struct GridPipeline {
   bool persistent = false;  // a loop over parallel programs (else over the sequential axes)
   size_t base = 0;          // dynamic shared memory offset of stage 0
   size_t stage_bytes = 0;
-  size_t bars = 0;          // offset of the stages' mbarriers
-  size_t end = 0;           // first byte after them
-  std::string text;         // the plan (the grid-pipeline section of the dump)
+  size_t bars = 0;   // offset of the stages' mbarriers
+  size_t end = 0;    // first byte after them
+  std::string text;  // the plan (the grid-pipeline section of the dump)
 };
 
 // The tensor-core instruction family of a dot's input dtype (mma.sync names; wgmma takes the
@@ -66,7 +66,7 @@ const MmaKind* mma_kind(DType t, bool highest);
 struct DotPlan {
   enum class Kind { Simt, MmaSync, Wgmma } kind = Kind::Simt;
   int64_t M = 0, N = 0, K = 0;
-  bool ta = false, tb = false;  // operands transposed
+  bool ta = false, tb = false;   // operands transposed
   const MmaKind* mma = nullptr;  // the instruction (tensor-core kinds)
   MmaGrid grid;                  // how the output tiles are spread (tensor-core kinds)
   // The result stays in its accumulator fragments (the Mma value layout) when its dtype is the
@@ -84,7 +84,7 @@ struct DotPlan {
 // loop pipeliner's TMA copies address by coordinates), or anything else (param < 0).
 struct RefPlan {
   int param = -1;
-  Shape array_shape;          // the array's shape
+  Shape array_shape;           // the array's shape
   std::vector<int> array_dim;  // per ref dim: its array dim (the others are squeezed)
 };
 
@@ -115,13 +115,13 @@ struct SharedPlan {
 };
 
 struct KernelPlan {
-  std::string name;   // the kernel's symbol
+  std::string name;  // the kernel's symbol
   Target target;
-  int threads = 128;  // num_warps * 32
-  int stages = 3;     // compiler_params.num_stages (0: 3, as Triton)
-  bool wgmma = false;  // the target has wgmma (sm_90a): dots of 64+ rows use it
-  bool tma = false;    // TMA tensor copies are allowed (sm_90a, the launcher encodes maps, aligned arrays)
-  bool checks = false;  // pl::check outside checkify (debug = true)
+  int threads = 128;      // num_warps * 32
+  int stages = 3;         // compiler_params.num_stages (0: 3, as Triton)
+  bool wgmma = false;     // the target has wgmma (sm_90a): dots of 64+ rows use it
+  bool tma = false;       // TMA tensor copies are allowed (sm_90a, the launcher encodes maps, aligned arrays)
+  bool checks = false;    // pl::check outside checkify (debug = true)
   size_t smem_limit = 0;  // dynamic shared memory a CUDA block may take on the target
   // What each shared-memory user may take, decided once here (plan/kernel.cc) until one
   // allocator sees the whole kernel: the rest of smem_limit is left to the body's exchanges.
@@ -130,21 +130,21 @@ struct KernelPlan {
     size_t grid_stages = 0;       // the grid pipeline's stages, with everything below them
     size_t loop_stages = 0;       // one loop pipeline's buffers and staged tiles
   } budgets;
-  bool grid_pipeline_allowed = true;  // off when the kernel did not fit with the grid's stages (lower.cc)
-  LayoutPlan layout;                                   // blocked-layout
-  std::unordered_map<const ir::Eqn*, DotPlan> dots;    // dot-kinds
-  std::unordered_map<int64_t, ValueLayout> values;     // value-layouts (absent, and every scalar: blocked)
-  GridPlan grid;                                       // resident-outputs, grid-pipeline
-  SharedPlan smem;                                     // shared-memory
-  std::unordered_map<int64_t, RefPlan> refs;           // refs: input blocks in global memory, and the loop and branch refs bound to them
+  bool grid_pipeline_allowed = true;                 // off when the kernel did not fit with the grid's stages (lower.cc)
+  LayoutPlan layout;                                 // blocked-layout
+  std::unordered_map<const ir::Eqn*, DotPlan> dots;  // dot-kinds
+  std::unordered_map<int64_t, ValueLayout> values;   // value-layouts (absent, and every scalar: blocked)
+  GridPlan grid;                                     // resident-outputs, grid-pipeline
+  SharedPlan smem;                                   // shared-memory
+  std::unordered_map<int64_t, RefPlan> refs;         // refs: input blocks in global memory, and the loop and branch refs bound to them
   std::unordered_map<const ir::Eqn*, std::shared_ptr<const LoopPlan>> loops;  // loop-plans: per fori_loop
   // The dump: (pass, its section), in the order the passes ran.
   std::vector<std::pair<std::string, std::string>> sections;
   std::string text() const;  // every section, headed by its pass
 
-  const DotPlan& dot(const ir::Eqn& e) const;  // the dot-kinds pass's plan of dot e
+  const DotPlan& dot(const ir::Eqn& e) const;       // the dot-kinds pass's plan of dot e
   const LoopPlan& loop(const ir::Eqn& fori) const;  // the loop-plans pass's plan of a fori_loop
-  ValueLayout layout_of(const ir::Atom& a) const;  // the value-layouts pass's (blocked for scalars, literals)
+  ValueLayout layout_of(const ir::Atom& a) const;   // the value-layouts pass's (blocked for scalars, literals)
 };
 
 }  // namespace pallas::cuda

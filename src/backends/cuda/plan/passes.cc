@@ -11,17 +11,17 @@ namespace pallas::cuda {
 
 const std::vector<PlanPass>& plan_passes() {
   static const std::vector<PlanPass> passes = {
-      {"kernel", plan_target},                     // symbol, threads, stages, the target's features
-      {"blocked-layout", plan_blocked_layout},     // the run length V, vector accesses
-      {"dot-kinds", plan_dot_kinds},               // wgmma, mma.sync or SIMT per dot, its tiles
-      {"value-layouts", plan_value_layouts},       // values kept in fragments or rows
-      {"scratch", plan_scratch},                   // scratch operands in shared memory
-      {"resident-outputs", plan_resident_outputs}, // revisited outputs kept in shared memory
-      {"grid-pipeline", plan_grid_pipeline_pass},  // input blocks copied ahead by TMA
-      {"shared-memory", plan_shared_memory},       // the top-level regions; where the body's start
-      {"refs", plan_refs},                         // which refs are input blocks in global memory
-      {"loop-plans", plan_loops},                  // fragment carries, resident operands, rotation, pipelines
-      {"dot-operands", plan_dot_operands},         // where each wgmma dot reads its operands
+      {"kernel", plan_target},                      // symbol, threads, stages, the target's features
+      {"blocked-layout", plan_blocked_layout},      // the run length V, vector accesses
+      {"dot-kinds", plan_dot_kinds},                // wgmma, mma.sync or SIMT per dot, its tiles
+      {"value-layouts", plan_value_layouts},        // values kept in fragments or rows
+      {"scratch", plan_scratch},                    // scratch operands in shared memory
+      {"resident-outputs", plan_resident_outputs},  // revisited outputs kept in shared memory
+      {"grid-pipeline", plan_grid_pipeline_pass},   // input blocks copied ahead by TMA
+      {"shared-memory", plan_shared_memory},        // the top-level regions; where the body's start
+      {"refs", plan_refs},                          // which refs are input blocks in global memory
+      {"loop-plans", plan_loops},                   // fragment carries, resident operands, rotation, pipelines
+      {"dot-operands", plan_dot_operands},          // where each wgmma dot reads its operands
   };
   return passes;
 }
@@ -70,8 +70,6 @@ size_t SharedPlan::allocate(const std::string& what, size_t bytes) {
   return at;
 }
 
-size_t SharedPlan::top() const {
-  return regions.empty() ? 0 : (regions.back().offset + regions.back().bytes + 15) & ~size_t{15};
-}
+size_t SharedPlan::top() const { return regions.empty() ? 0 : (regions.back().offset + regions.back().bytes + 15) & ~size_t{15}; }
 
 }  // namespace pallas::cuda

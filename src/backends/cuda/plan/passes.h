@@ -24,17 +24,17 @@ const std::vector<PlanPass>& plan_passes();
 KernelPlan plan_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline = true, int up_to = -1);
 
 // The passes, one file each.
-void plan_target(const core::PallasCall& call, KernelPlan& plan);           // plan/kernel.cc
-void plan_blocked_layout(const core::PallasCall& call, KernelPlan& plan);   // layout.cc
-void plan_dot_kinds(const core::PallasCall& call, KernelPlan& plan);        // plan/dot_plans.cc
-void plan_value_layouts(const core::PallasCall& call, KernelPlan& plan);    // value_layout.cc
-void plan_scratch(const core::PallasCall& call, KernelPlan& plan);          // plan/scratch.cc
-void plan_resident_outputs(const core::PallasCall& call, KernelPlan& plan); // plan/resident_outputs.cc
+void plan_target(const core::PallasCall& call, KernelPlan& plan);              // plan/kernel.cc
+void plan_blocked_layout(const core::PallasCall& call, KernelPlan& plan);      // layout.cc
+void plan_dot_kinds(const core::PallasCall& call, KernelPlan& plan);           // plan/dot_plans.cc
+void plan_value_layouts(const core::PallasCall& call, KernelPlan& plan);       // value_layout.cc
+void plan_scratch(const core::PallasCall& call, KernelPlan& plan);             // plan/scratch.cc
+void plan_resident_outputs(const core::PallasCall& call, KernelPlan& plan);    // plan/resident_outputs.cc
 void plan_grid_pipeline_pass(const core::PallasCall& call, KernelPlan& plan);  // grid_pipeline.cc
-void plan_shared_memory(const core::PallasCall& call, KernelPlan& plan);    // plan/shared_memory.cc
-void plan_refs(const core::PallasCall& call, KernelPlan& plan);             // plan/refs.cc
-void plan_loops(const core::PallasCall& call, KernelPlan& plan);            // plan/loops.cc
-void plan_dot_operands(const core::PallasCall& call, KernelPlan& plan);     // plan/dot_operands.cc
+void plan_shared_memory(const core::PallasCall& call, KernelPlan& plan);       // plan/shared_memory.cc
+void plan_refs(const core::PallasCall& call, KernelPlan& plan);                // plan/refs.cc
+void plan_loops(const core::PallasCall& call, KernelPlan& plan);               // plan/loops.cc
+void plan_dot_operands(const core::PallasCall& call, KernelPlan& plan);        // plan/dot_operands.cc
 
 // PALLAS_DUMP_PASSES's directory ("" when unset): dumps are debugging output, not a switch
 // that changes code, so they are not in the Target.

@@ -42,8 +42,8 @@ void plan_resident_outputs(const core::PallasCall& call, KernelPlan& P) {
     } else {
       P.grid.resident[o] = true;
       P.smem.resident[o] = P.smem.allocate("resident output " + std::to_string(o), bytes);
-      text += head + "resident in shared memory [" + std::to_string(P.smem.resident[o]) + ", " + std::to_string(P.smem.resident[o] + bytes) +
-              ") over the sequential loop\n";
+      text += head + "resident in shared memory [" + std::to_string(P.smem.resident[o]) + ", " +
+              std::to_string(P.smem.resident[o] + bytes) + ") over the sequential loop\n";
     }
   }
   P.sections.push_back({"resident-outputs", text.empty() ? "none\n" : text});

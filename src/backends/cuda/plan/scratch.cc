@@ -10,7 +10,8 @@ void plan_scratch(const core::PallasCall& call, KernelPlan& P) {
     size_t bytes = static_cast<size_t>(shape_size(sd.shape)) * itemsize(sd.dtype);
     size_t at = P.smem.allocate("scratch " + std::to_string(s) + " " + sd.str(), bytes);
     P.smem.scratch.push_back(at);
-    text += "scratch " + std::to_string(s) + " " + sd.str() + ": shared memory [" + std::to_string(at) + ", " + std::to_string(at + bytes) + ")\n";
+    text += "scratch " + std::to_string(s) + " " + sd.str() + ": shared memory [" + std::to_string(at) + ", " + std::to_string(at + bytes) +
+            ")\n";
   }
   P.sections.push_back({"scratch", text.empty() ? "none\n" : text});
 }
