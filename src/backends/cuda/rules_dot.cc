@@ -380,22 +380,18 @@ void fragments_to_tile(Emitter& E, const DotShape& d, const MmaGrid& q, const Mm
   E.foreach(out.aval.shape, [&] { E.line(E.elem(out, "k") + " = cv<" + ctype(out.aval.dtype) + ">(" + xc + "[e]);"); });
   E.sync();
 }
-DotShape dot_shape(const ir::Eqn& e) {
-  ir::Aval a = ir::atom_aval(e.in[0]);
-  const ir::Var& o = e.out[0];
+// The dot's extents and transposes, as the dot-kinds pass read them.
+DotShape dot_shape(const KernelPlan& P, const ir::Eqn& e) {
+  const DotPlan& p = P.dot(e);
   DotShape d;
-  d.ta = e.params.get_bool("trans_a");
-  d.tb = e.params.get_bool("trans_b");
-  d.M = o.aval.shape[0];
-  d.N = o.aval.shape[1];
-  d.K = d.ta ? a.shape[0] : a.shape[1];
+  d.M = p.M, d.N = p.N, d.K = p.K, d.ta = p.ta, d.tb = p.tb;
   return d;
 }
 const MmaKind* mma_kind_of(const Emitter& E, const ir::Eqn& e) { return E.plan.dot(e).mma; }
 
 void dot(Emitter& E, const ir::Eqn& e) {
   const ir::Var& o = e.out[0];
-  DotShape d = dot_shape(e);
+  DotShape d = dot_shape(E.plan, e);
   DType t = ir::atom_aval(e.in[0]).dtype;
   const MmaKind* m = mma_kind_of(E, e);
   if (auto it = E.dot_into_fragments.find(&e); it != E.dot_into_fragments.end()) {  // a loop carry's fragments (fori)
@@ -435,7 +431,7 @@ void scale_fragment_carry(Emitter& E, const ir::Eqn& e) {
   auto it = E.dot_into_fragments.find(&e);
   auto sc = E.scale_fragments_by_rows.find(&e);
   if (it == E.dot_into_fragments.end() || sc == E.scale_fragments_by_rows.end()) return;
-  DotShape d = dot_shape(e);
+  DotShape d = dot_shape(E.plan, e);
   MmaGrid q = mma_grid(E, e);
   // each thread multiplies its fragments by the r of their rows, held in its registers when r
   // is in the rows layout of these fragments, else read from shared memory
@@ -468,12 +464,12 @@ void register_dot_rules(ir::RuleTable<LowerRule>& t) { t.set(PrimId::dot, dot); 
 // columns 2q, 2q + 1 of the first (slots r = 0, 1), register 1 row g + 8 (r = 2, 3),
 // registers 2 and 3 the same of the second — the A layout of m16n8k16 and of wgmma alike.
 int64_t packed_a_words(const Emitter& E, const ir::Eqn& dot) {
-  DotShape d = dot_shape(dot);
+  DotShape d = dot_shape(E.plan, dot);
   const MmaKind& m = *mma_kind_of(E, dot);
   return mma_grid(E, dot).TPW * ((d.K + m.k - 1) / m.k) * 4;
 }
 void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst) {
-  DotShape d = dot_shape(dot);
+  DotShape d = dot_shape(E.plan, dot);
   const MmaKind& m = *mma_kind_of(E, dot);
   MmaGrid q = mma_grid(E, dot);
   int64_t steps = (d.K + m.k - 1) / m.k;
@@ -492,7 +488,7 @@ void pack_a_operand(Emitter& E, const ir::Eqn& dot, const std::string& dst) {
 std::optional<SwizzledTile> wgmma_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
   const DotPlan& p = P.dot(dot);
   if (p.kind != DotPlan::Kind::Wgmma) return std::nullopt;
-  DotShape d = dot_shape(dot);
+  DotShape d = dot_shape(P, dot);
   WgmmaOperands ops = wgmma_operands(d, ir::atom_aval(dot.in[0]).dtype, *p.mma, p.grid);
   *rows_are_mn = operand == 0 ? ops.a_rows_mn : ops.b_rows_mn;
   *k_padding = (d.K + p.mma->k - 1) / p.mma->k * p.mma->k - d.K;
