@@ -273,11 +273,100 @@ def triton_anchors():
     emit(workload="steady-state tiny call", impl="triton", us=(time.perf_counter() - t0) * 1e3)
 
 
+# The backward anchors (issue 33): attention backward of torch's sdpa backends and of JAX Pallas'
+# mha, and Liger-Kernel's Triton norm and softmax backward (liger-kernel installed beside torch
+# with --no-deps; run_h200.sh puts it on PYTHONPATH). Each times the backward alone: the forward
+# runs once, then the gradient call is timed.
+ATTN_BWD_SHAPES = ((8, 16, 2048, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 128, True), (4, 16, 4096, 256, False))
+
+
+def torch_backward_anchors():
+    import torch
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    dev = "cuda"
+    for B, H, S, D, causal in ATTN_BWD_SHAPES:
+        name = f"bf16 attention bwd B{B} H{H} S{S} D{D}{' causal' if causal else ''}"
+        flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        q, k, v = (torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        do = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
+        for be, impl in ((SDPBackend.CUDNN_ATTENTION, "torch cuDNN"), (SDPBackend.FLASH_ATTENTION, "torch FA2")):
+            try:
+                with sdpa_kernel(be):
+                    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                    ms = torch_time(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), reps=20)
+                emit(workload=name, impl=impl, ms=ms, tflops=flops / ms / 1e9)
+                del o
+            except Exception as e:  # noqa: BLE001
+                emit(workload=name, impl=impl, error=str(e)[:200])
+        del q, k, v, do
+    # norms and softmax, bf16 16384 x 4096: bytes the backward must move (x or y, dy in; dx out)
+    R, C = 16384, 4096
+    x = torch.randn(R, C, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(R, C, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(C, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    b = torch.randn(C, device=dev, dtype=torch.bfloat16, requires_grad=True)
+    nbytes = 3 * R * C * 2
+    cases = [("layer_norm", "torch", lambda: torch.nn.functional.layer_norm(x, (C,), w, b, 1e-5), (x, w, b)),
+             ("rms_norm", "torch", lambda: torch.nn.functional.rms_norm(x, (C,), w, 1e-6), (x, w)),
+             ("softmax", "torch", lambda: torch.softmax(x, -1), (x,))]
+    try:
+        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+        cases += [("layer_norm", "liger", lambda: LigerLayerNormFunction.apply(x, w, b, 1e-5), (x, w, b)),
+                  ("rms_norm", "liger", lambda: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False), (x, w)),
+                  ("softmax", "liger", lambda: LigerSoftmaxFunction.apply(x), (x,))]
+    except Exception as e:  # noqa: BLE001
+        emit(workload="norm bwd", impl="liger", error=repr(e)[:200])
+    for which, impl, fwd, wrt in cases:
+        try:
+            y = fwd()
+            ms = torch_time(lambda: torch.autograd.grad(y, wrt, dy, retain_graph=True), reps=20)
+            emit(workload=f"bf16 {which} bwd 16384x4096", impl=impl, ms=ms, gbps=nbytes / ms / 1e6)
+            del y
+        except Exception as e:  # noqa: BLE001
+            emit(workload=f"bf16 {which} bwd 16384x4096", impl=impl, error=repr(e)[:200])
+    big = torch.empty(1 << 28, device=dev)
+    src = torch.randn(1 << 28, device=dev)
+    ms = torch_time(lambda: big.copy_(src))
+    emit(workload="device copy 1 GiB", impl="torch copy_", ms=ms, gbps=2 * (1 << 28) * 4 / ms / 1e6)
+
+
+def jax_backward_anchors():
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.gpu import attention as pallas_attention
+    for B, H, S, D, causal in ATTN_BWD_SHAPES:
+        name = f"bf16 attention bwd B{B} H{H} S{S} D{D}{' causal' if causal else ''}"
+        try:
+            keys = jax.random.split(jax.random.key(0), 4)
+            q, k, v, do = (jax.random.normal(kk, (B, S, H, D), jnp.bfloat16) for kk in keys)
+            bq = 64 if D > 128 else 128
+            flops = 2.5 * 4 * B * H * S * S * D / (2 if causal else 1)
+        except Exception as e:  # noqa: BLE001
+            emit(workload=name, impl="jax pallas mha", error=str(e)[:200])
+            continue
+        for bb in (32, 64):  # the backward's blocks (JAX's default is 32): both, the best is the anchor
+            impl = f"jax pallas mha bwd blocks {bb}"
+            try:
+                sizes = pallas_attention.BlockSizes(block_q=bq, block_k=64, block_q_dkv=bb, block_kv_dkv=bb, block_q_dq=bb,
+                                                    block_kv_dq=bb)
+                f = lambda q, k, v: pallas_attention.mha(q, k, v, None, sm_scale=1 / math.sqrt(D), causal=causal,
+                                                         block_sizes=sizes, num_warps=4 if D <= 64 else 8, num_stages=2)
+                _, pullback = jax.vjp(f, q, k, v)
+                ms = jtime(jax.jit(lambda pb, do: pb(do)), pullback, do, reps=20)
+                emit(workload=name, impl=impl, ms=ms, tflops=flops / ms / 1e9)
+            except Exception as e:  # noqa: BLE001
+                emit(workload=name, impl=impl, error=str(e)[:200])
+
+
 if __name__ == "__main__":
-    # `attention` alone: torch's (cuDNN, FA2) and JAX Pallas' attention rows only
+    # `attention` alone: torch's (cuDNN, FA2) and JAX Pallas' attention rows only; `backward`: the
+    # backward rows (attention, norms, softmax), not in the default set
     which = sys.argv[1:] or ["torch", "triton", "jax"]
     for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors),
-                     ("attention", lambda: (torch_attention_anchors(), jax_attention_anchors()))):
+                     ("attention", lambda: (torch_attention_anchors(), jax_attention_anchors())),
+                     ("backward", lambda: (torch_backward_anchors(), jax_backward_anchors()))):
         if name in which:
             try:
                 fn()

@@ -16,6 +16,7 @@
 #include <pallas/kernels.h>
 #include <pallas/pallas.h>
 #include <pallas/stream.h>
+#include <pallas/transforms.h>
 
 #include "bench/user_kernels.h"
 
@@ -33,7 +34,8 @@ static double now_ms() {
 }
 
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
-// the raw driver launch, graph replay), memory, matmul, autotune, attention. Unset: all.
+// the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
+// library's backward kernels through pl::vjp). Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
   if (!only || !*only) return true;
@@ -456,6 +458,195 @@ int main() {
     }
     double flops = 4.0 * c.B * c.H * c.S * c.S * c.D / (c.causal ? 2 : 1);  // as the anchors count causal attention
     std::printf("%s,%.4f,TFLOP/s,%.2f,maxerr=%g,first_call_ms=%.0f\n", c.label().c_str(), ms, flops / ms / 1e9, err, first_ms);
+  }
+  // The library's backward kernels (kernels/attention_vjp.cc, kernels/rows_vjp.cc, written in
+  // the kernel language), timed through the pullback of pl::vjp as a training step calls them.
+  struct AttnBwdCase {
+    int64_t B, H, S, D;
+    bool causal;
+  };
+  for (AttnBwdCase c : {AttnBwdCase{8, 16, 2048, 64, false}, AttnBwdCase{4, 16, 4096, 128, false},
+                        AttnBwdCase{4, 16, 4096, 128, true}, AttnBwdCase{4, 16, 4096, 256, false}}) {
+    if (!section("backward")) break;
+    row([&] {
+      char label[96];
+      std::snprintf(label, sizeof label, "bf16_attention_bwd_B%lld_H%lld_S%lld_D%lld%s", (long long)c.B, (long long)c.H,
+                    (long long)c.S, (long long)c.D, c.causal ? "_causal" : "");
+      pl::kernels::AttentionConfig cfg;
+      cfg.causal = c.causal;
+      pl::CustomVjp f = pl::kernels::flash_attention_vjp(c.B, c.H, c.S, c.D, pl::bf16, cfg);
+      pl::Shape sh{c.B, c.H, c.S, c.D};
+      auto q = pl::random::normal(sh, pl::bf16, 31).to(pl::Device::cuda(0));
+      auto k = pl::random::normal(sh, pl::bf16, 32).to(pl::Device::cuda(0));
+      auto v = pl::random::normal(sh, pl::bf16, 33).to(pl::Device::cuda(0));
+      auto dout = pl::random::normal(sh, pl::bf16, 34).to(pl::Device::cuda(0));
+      double t0 = now_ms();
+      auto [outs, pullback] = pl::vjp(f, {q, k, v});
+      std::vector<pl::Array> grads = pullback({dout});
+      pl::synchronize();
+      double first_ms = now_ms() - t0;
+      double ms = median_ms([&] { grads = pullback({dout}); }, 10);
+      // the three kernels alone (the preprocess, dK/dV, dQ) on the forward's residuals
+      pl::kernels::AttentionBwdConfig bcfg;
+      pl::Call fwd = pl::kernels::flash_attention_fwd(c.B, c.H, c.S, c.D, pl::bf16, cfg);
+      std::vector<pl::Array> o_lse = fwd({q, k, v});
+      pl::Call pre = pl::kernels::flash_attention_bwd_preprocess(c.B, c.H, c.S, c.D, pl::bf16, bcfg);
+      pl::Call dkdv = pl::kernels::flash_attention_bwd_dkdv(c.B, c.H, c.S, c.D, pl::bf16, cfg, bcfg);
+      pl::Call dq = pl::kernels::flash_attention_bwd_dq(c.B, c.H, c.S, c.D, pl::bf16, cfg, bcfg);
+      std::vector<pl::Array> delta = pre({o_lse[0], dout});
+      std::vector<pl::Array> tmp;
+      double ms_pre = median_ms([&] { tmp = pre({o_lse[0], dout}); }, 10);
+      double ms_dkdv = median_ms([&] { tmp = dkdv({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
+      double ms_dq = median_ms([&] { tmp = dq({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
+      // dq of a few query rows of head (0, 0) against a double-precision reference
+      auto qv = q.to_vector<float>(), kv = k.to_vector<float>(), vv = v.to_vector<float>(), dov = dout.to_vector<float>();
+      auto dqv = grads[0].to_vector<float>();
+      double err = 0, scale = 1 / std::sqrt((double)c.D);
+      for (int64_t i = 0; i < c.S; i += c.S / 7 + 1) {
+        int64_t n = c.causal ? i + 1 : c.S;
+        std::vector<double> s(n), dp(n);
+        double m = -1e300, l = 0, delta_i = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double a = 0, b = 0;
+          for (int64_t d = 0; d < c.D; ++d) a += (double)qv[i * c.D + d] * kv[j * c.D + d], b += (double)dov[i * c.D + d] * vv[j * c.D + d];
+          s[j] = a * scale, dp[j] = b, m = std::max(m, s[j]);
+        }
+        for (int64_t j = 0; j < n; ++j) l += std::exp(s[j] - m);
+        for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] - m) / l, delta_i += s[j] * dp[j];
+        for (int64_t d = 0; d < c.D; ++d) {
+          double g = 0;
+          for (int64_t j = 0; j < n; ++j) g += s[j] * (dp[j] - delta_i) * kv[j * c.D + d];
+          err = std::max(err, std::fabs(dqv[i * c.D + d] - g * scale));
+        }
+      }
+      // FlashAttention-2's count: the backward is 2.5x the forward's 4 B H S^2 D (half for causal)
+      double flops = 2.5 * 4.0 * c.B * c.H * c.S * c.S * c.D / (c.causal ? 2 : 1);
+      std::printf("%s,%.4f,TFLOP/s,%.2f,preprocess_ms=%.3f,dkdv_ms=%.3f,dq_ms=%.3f,dq_maxerr=%g,first_call_ms=%.0f\n", label, ms,
+                  flops / ms / 1e9, ms_pre, ms_dkdv, ms_dq, err, first_ms);
+    });
+  }
+  // The dK/dV and dQ kernels of D128 alone over their blocks, warps and stages (B4 H16 S4096).
+  for (bool causal : {false, true}) {
+    if (!section("backward")) break;
+    row([&] {
+      int64_t B = 4, H = 16, S = 4096, D = 128;
+      pl::kernels::AttentionConfig cfg;
+      cfg.causal = causal;
+      pl::Shape sh{B, H, S, D};
+      auto q = pl::random::normal(sh, pl::bf16, 31).to(pl::Device::cuda(0));
+      auto k = pl::random::normal(sh, pl::bf16, 32).to(pl::Device::cuda(0));
+      auto v = pl::random::normal(sh, pl::bf16, 33).to(pl::Device::cuda(0));
+      auto dout = pl::random::normal(sh, pl::bf16, 34).to(pl::Device::cuda(0));
+      std::vector<pl::Array> o_lse = pl::kernels::flash_attention_fwd(B, H, S, D, pl::bf16, cfg)({q, k, v});
+      std::vector<pl::Array> delta = pl::kernels::flash_attention_bwd_preprocess(B, H, S, D, pl::bf16)({o_lse[0], dout});
+      struct Variant {
+        int64_t bq, bk;
+        int warps, stages;
+      };
+      for (Variant x : {Variant{64, 64, 4, 2}, Variant{64, 64, 4, 3}, Variant{64, 128, 8, 2}, Variant{128, 64, 4, 2}, Variant{128, 128, 8, 2}}) {
+        pl::kernels::AttentionBwdConfig bcfg;
+        bcfg.block_q = x.bq, bcfg.block_k = x.bk, bcfg.compiler_params = {.num_warps = x.warps, .num_stages = x.stages};
+        std::vector<pl::Array> tmp;
+        double flops = 4.0 * B * H * S * S * D / (causal ? 2 : 1);  // each kernel: two of the backward's dots of 2 B H S^2 D
+        char label[128];
+        std::snprintf(label, sizeof label, "bq%lld_bk%lld_w%d_s%d%s", (long long)x.bq, (long long)x.bk, x.warps, x.stages, causal ? "_causal" : "");
+        try {
+          pl::Call dkdv = pl::kernels::flash_attention_bwd_dkdv(B, H, S, D, pl::bf16, cfg, bcfg);
+          double ms = median_ms([&] { tmp = dkdv({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
+          std::printf("bf16_attention_bwd_dkdv_D128_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 2 * flops / ms / 1e9);
+        } catch (const std::exception& e) {
+          std::printf("bf16_attention_bwd_dkdv_D128_%s,0,-,0,error: %.160s\n", label, e.what());
+        }
+        try {
+          pl::Call dq = pl::kernels::flash_attention_bwd_dq(B, H, S, D, pl::bf16, cfg, bcfg);
+          double ms = median_ms([&] { tmp = dq({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
+          std::printf("bf16_attention_bwd_dq_D128_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 1.5 * flops / ms / 1e9);
+        } catch (const std::exception& e) {
+          std::printf("bf16_attention_bwd_dq_D128_%s,0,-,0,error: %.160s\n", label, e.what());
+        }
+      }
+    });
+  }
+  // Norm and softmax backward, bf16 16384 x 4096: bytes are what the backward must move (x or y,
+  // dy in; dx out; the per-row residuals and the weight once), against the copy bandwidth.
+  for (const char* which : {"layer_norm", "rms_norm", "softmax"}) {
+    if (!section("backward")) break;
+    row([&] {
+      int64_t R = 16384, C = 4096;
+      std::string kind = which;
+      auto x = pl::random::normal({R, C}, pl::bf16, 41).to(pl::Device::cuda(0));
+      auto w = pl::random::normal({C}, pl::bf16, 42).to(pl::Device::cuda(0));
+      auto b = pl::random::normal({C}, pl::bf16, 43).to(pl::Device::cuda(0));
+      auto dy = pl::random::normal({R, C}, pl::bf16, 44).to(pl::Device::cuda(0));
+      pl::CustomVjp f = kind == "layer_norm" ? pl::kernels::layer_norm_vjp(R, C, pl::bf16)
+                        : kind == "rms_norm" ? pl::kernels::rms_norm_vjp(R, C, pl::bf16)
+                                             : pl::kernels::softmax_vjp(R, C, pl::bf16);
+      std::vector<pl::Array> primals = kind == "layer_norm" ? std::vector<pl::Array>{x, w, b}
+                                       : kind == "rms_norm" ? std::vector<pl::Array>{x, w}
+                                                            : std::vector<pl::Array>{x};
+      double t0 = now_ms();
+      auto [outs, pullback] = pl::vjp(f, primals);
+      std::vector<pl::Array> grads = pullback({dy});
+      pl::synchronize();
+      double first_ms = now_ms() - t0;
+      double ms = median_ms([&] { grads = pullback({dy}); }, 20);
+      // dx of a few rows against a double-precision reference
+      auto xv = x.to_vector<float>(), wv = w.to_vector<float>(), dyv = dy.to_vector<float>(), dxv = grads[0].to_vector<float>();
+      double err = 0;
+      for (int64_t r = 0; r < R; r += 4093) {
+        const float* xr = &xv[r * C];
+        const float* g = &dyv[r * C];
+        std::vector<double> want(C);
+        if (kind == "softmax") {
+          double m = -1e300, l = 0, dot = 0;
+          for (int64_t j = 0; j < C; ++j) m = std::max(m, (double)xr[j]);
+          std::vector<double> y(C);
+          for (int64_t j = 0; j < C; ++j) l += (y[j] = std::exp(xr[j] - m));
+          for (int64_t j = 0; j < C; ++j) y[j] /= l, dot += y[j] * g[j];
+          for (int64_t j = 0; j < C; ++j) want[j] = y[j] * (g[j] - dot);
+        } else {
+          double mean = 0, var = 0;
+          if (kind == "layer_norm")
+            for (int64_t j = 0; j < C; ++j) mean += xr[j] / (double)C;
+          for (int64_t j = 0; j < C; ++j) var += (xr[j] - mean) * (xr[j] - mean) / C;
+          double rstd = 1 / std::sqrt(var + (kind == "layer_norm" ? 1e-5 : 1e-6)), a = 0, bsum = 0;
+          for (int64_t j = 0; j < C; ++j) {  // xhat = (x - mean) rstd; gw = g w
+            double xh = (xr[j] - mean) * rstd, gw = (double)g[j] * wv[j];
+            a += gw * xh / C, bsum += gw / C;
+          }
+          for (int64_t j = 0; j < C; ++j) {
+            double xh = (xr[j] - mean) * rstd, gw = (double)g[j] * wv[j];
+            want[j] = rstd * (gw - xh * a - (kind == "layer_norm" ? bsum : 0.0));
+          }
+        }
+        for (int64_t j = 0; j < C; ++j) err = std::max(err, std::fabs(dxv[r * C + j] - want[j]) / (1 + std::fabs(want[j])));
+      }
+      double bytes = 3.0 * R * C * 2 + (kind == "softmax" ? 0.0 : 2.0 * R * 4);
+      std::printf("bf16_%s_bwd_16384x4096,%.4f,GB/s,%.1f,dx_relerr=%g,first_call_ms=%.0f\n", which, ms, bytes / ms / 1e6, err, first_ms);
+    });
+  }
+  // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each
+  // program sums its rows' dw/db into its own row of partials).
+  for (const char* which : {"layer_norm", "rms_norm"}) {
+    if (!section("backward")) break;
+    row([&] {
+      int64_t R = 16384, C = 4096;
+      bool ln = std::string(which) == "layer_norm";
+      auto x = pl::random::normal({R, C}, pl::bf16, 41).to(pl::Device::cuda(0));
+      auto w = pl::random::normal({C}, pl::bf16, 42).to(pl::Device::cuda(0));
+      auto dy = pl::random::normal({R, C}, pl::bf16, 44).to(pl::Device::cuda(0));
+      auto st = pl::random::uniform({R}, pl::f32, 45).to(pl::Device::cuda(0));
+      for (auto [br, programs] : std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {1, 264}, {1, 528}, {2, 128}, {2, 264}, {4, 128}, {4, 264}}) {
+        pl::kernels::NormBwdConfig cfg;
+        cfg.block_rows = br, cfg.programs = programs;
+        pl::Call k = ln ? pl::kernels::layer_norm_bwd(R, C, pl::bf16, cfg) : pl::kernels::rms_norm_bwd(R, C, pl::bf16, cfg);
+        std::vector<pl::Array> args = ln ? std::vector<pl::Array>{x, w, st, st, dy} : std::vector<pl::Array>{x, w, st, dy};
+        std::vector<pl::Array> out;
+        double ms = median_ms([&] { out = k(args); }, 20);
+        std::printf("bf16_%s_bwd_kernel_16384x4096_rows%lld_programs%lld,%.4f,GB/s,%.1f\n", which, (long long)br, (long long)programs, ms,
+                    3.0 * R * C * 2 / ms / 1e6);
+      }
+    });
   }
   return 0;
 }

@@ -23,6 +23,10 @@ mkdir -p "$OUT"
 trap 'tar czf "$REAL_OUT/logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 export PALLAS_CACHE_DIR=/tmp/pallas-cache
+# pure-Python anchors carried as wheels in .deps/wheels (liger-kernel): installed beside the image's torch and Triton
+if ls .deps/wheels/*.whl >/dev/null 2>&1; then
+  pip install --quiet --no-deps --target /tmp/pywheels .deps/wheels/*.whl > /dev/null 2>&1 && export PYTHONPATH=/tmp/pywheels${PYTHONPATH:+:$PYTHONPATH}
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 git log --oneline -1 2>/dev/null | tee -a "$OUT/gpu.txt"
 if has build; then

@@ -7,7 +7,9 @@
 //   1. preprocess: delta = rowsum(O * dO) per query row;
 //   2. dK/dV: one program per key block (of each kv head), looping over the query blocks (of
 //      every query head in its group): S = Q K^T * scale, P = exp(S - L), dV += P^T dO,
-//      dP = dO V^T, dS = P * (dP - delta), dK += dS^T Q (scaled once at the end);
+//      dP = dO V^T, dS = P * (dP - delta), dK += dS^T Q (scaled once at the end) — computed as
+//      the transposes S^T = K Q^T, P^T, dP^T = V dO^T and dS^T, whose rows are the program's
+//      keys, so P^T and dS^T feed the next dots from registers;
 //   3. dQ: one program per query block, looping over the key blocks: the same S, P, dP, dS,
 //      then dQ += dS K (scaled once at the end).
 // Causal: loops start (dK/dV) or stop (dQ) at the diagonal, and the blocks are masked as the
@@ -89,17 +91,20 @@ Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t
       Value d_o = rows(do_ref);
       Value l = stat(lse_ref);
       Value dl = stat(delta_ref);
-      Value s = dot(q, k, {.trans_b = true}) * scale;  // [bq, bk]
+      // Transposed blocks, rows the program's keys: S^T = K Q^T, so that P^T and dS^T are the
+      // first operands of dV += P^T dO and dK += dS^T Q as they stand (a tensor-core dot takes
+      // them from its registers, no transpose through shared memory).
+      Value st = dot(k, q, {.trans_b = true}) * scale;  // S^T: [bk, bq]
       if (causal) {
-        Value r = i * bq + iota(DType::I32, {bq, bk}, 0);
-        Value cl = j * bk + iota(DType::I32, {bq, bk}, 1);
-        s = where(r >= cl, s, -INFINITY);
+        Value key = j * bk + iota(DType::I32, {bk, bq}, 0);
+        Value query = i * bq + iota(DType::I32, {bk, bq}, 1);
+        st = where(query >= key, st, -INFINITY);
       }
-      Value p = exp(s - expand_dims(l, 1));
-      Value dv = c[1] + dot(p.astype(dtype), d_o, {.trans_a = true});  // P^T dO: [bk, D]
-      Value dp = dot(d_o, v, {.trans_b = true});                      // dO V^T: [bq, bk]
-      Value dsc = p * (dp - expand_dims(dl, 1));
-      Value dk = c[0] + dot(dsc.astype(dtype), q, {.trans_a = true});  // dS^T Q: [bk, D]
+      Value pt = exp(st - expand_dims(l, 0));                // P^T
+      Value dv = c[1] + dot(pt.astype(dtype), d_o);          // P^T dO: [bk, D]
+      Value dpt = dot(v, d_o, {.trans_b = true});            // dP^T = V dO^T: [bk, bq]
+      Value dst = pt * (dpt - expand_dims(dl, 0));           // dS^T
+      Value dk = c[0] + dot(dst.astype(dtype), q);           // dS^T Q: [bk, D]
       return std::vector<Value>{dk, dv};
     };
     auto outs = fori_loop(0, count * group, std::vector<Value>{zeros({bk, head_dim}, acc), zeros({bk, head_dim}, acc)},

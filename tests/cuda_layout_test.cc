@@ -455,7 +455,8 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
             "    mul f32[64,64]: " + mma + "\n"
             "    add f32[64,64]: " + mma + "\n");
   // an epilogue's bias row and per-row scale (loaded, blocked) broadcast straight into the
-  // fragments: the [64, 64] tile is never converted
+  // fragments: the [64, 64] tile is never converted; the scale, broadcast as loaded, is read
+  // from memory slot by slot (no exchange)
   auto epilogue = pl::pallas_call(
       [=](pl::Ref a, pl::Ref b, pl::Ref bias, pl::Ref scale, pl::Ref o) {
         pl::Value s = pl::dot(a[pl::all], b[pl::all]);
@@ -470,7 +471,9 @@ TEST(CudaLayout, FlexibleValuesTakeTheirUsersLayout) {
             "  add f32[64,64]: " + mma + "\n"
             "  max f32[64,64]: " + mma + "\n"
             "  broadcast_in_dim f32[64,64]: " + mma + "\n"
-            "  mul f32[64,64]: " + mma + "\n");
+            "  mul f32[64,64]: " + mma + "\n"
+            "vector loads read where a broadcast puts them in fragments\n"
+            "  load f32[64,1] read again by its broadcast to f32[64,64]\n");
 }
 
 // Every eqn's code in the generated .cu starts with the eqn as the jaxpr printer writes it
@@ -639,6 +642,21 @@ TEST(CudaLayout, GridPipelinePlans) {
   EXPECT_EQ(grid_of(column_sums(2), {pl::ShapeDtype({16384, 4096}, pl::f32)}),
             "grid pipeline: over the sequential axes, 2 stages of 32768 bytes, copies 1 program(s) ahead\n"
             "  input 0 f32[16384,4096]: one TMA box [256, 32] of the view [16384, 4096], 32768 bytes\n");
+  // a block that does not move along the sequential axis (a scale row chosen by the parallel
+  // axis) is read from global memory; only the moving one is staged
+  auto scaled_sums = pl::pallas_call(
+      [](pl::Ref x, pl::Ref s, pl::Ref o) {
+        pl::when(pl::program_id(1) == 0, [&] { o[pl::all] = pl::zeros({1, 32}); });
+        o[pl::all] += pl::sum(x[pl::all] * s[pl::all], {0}, true);
+      },
+      pl::ShapeDtype({1, 4096}, pl::f32),
+      {.grid = {128, 64},
+       .in_specs = {pl::BlockSpec({256, 32}, [](V j, V i) { return pl::idx(i, j); }), pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({1, 32}, [](V j, V) { return pl::idx(0, j); })},
+       .compiler_params = {.num_warps = 8}});
+  EXPECT_EQ(grid_of(scaled_sums, {pl::ShapeDtype({16384, 4096}, pl::f32), pl::ShapeDtype({1, 4096}, pl::f32)}),
+            "grid pipeline: over the sequential axes, 3 stages of 32768 bytes, copies 2 program(s) ahead\n"
+            "  input 0 f32[16384,4096]: one TMA box [256, 32] of the view [16384, 4096], 32768 bytes\n");
   // no tensor maps (AOT kernels, sm_80): nothing
   EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_90a", false), "none (no tensor maps: an AOT kernel)\n");
   EXPECT_EQ(grid_of(column_sums(0), {pl::ShapeDtype({16384, 4096}, pl::f32)}, "sm_80"), "none (no TMA on sm_80)\n");
@@ -657,10 +675,10 @@ TEST(CudaLayout, GridPipelinePlans) {
          .compiler_params = {.num_warps = 8}});
   };
   std::vector<pl::ShapeDtype> norm_args{pl::ShapeDtype({16384, 4096}, pl::bf16), pl::ShapeDtype({1, 4096}, pl::bf16)};
+  // (the weight row, the same block for every program, stays in global memory)
   EXPECT_EQ(grid_of(norm(8), norm_args),
-            "grid pipeline: persistent (each CUDA block runs programs blockIdx.x + i * gridDim.x), 2 stages of 73728 bytes, copies 1 program(s) ahead\n"
-            "  input 0 bf16[16384,4096]: one TMA box [8, 16, 256] of the view [16384, 16, 256], 65536 bytes\n"
-            "  input 1 bf16[1,4096]: one TMA box [1, 16, 256] of the view [1, 16, 256], 8192 bytes\n");
+            "grid pipeline: persistent (each CUDA block runs programs blockIdx.x + i * gridDim.x), 2 stages of 65536 bytes, copies 1 program(s) ahead\n"
+            "  input 0 bf16[16384,4096]: one TMA box [8, 16, 256] of the view [16384, 16, 256], 65536 bytes\n");
   // one row a program (8 KiB blocks): many programs fit on an SM at once; not persistent
   EXPECT_EQ(grid_of(norm(1), norm_args), "none\n");
   // an input the kernel writes, or reads in a loop, stays in global memory

@@ -81,6 +81,27 @@ TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
               HasSubstr("target sm_80 maps aligned vec=0, 166912 bytes of shared memory\n"));
 }
 
+// Without num_warps: 4 for a kernel with a dot; a kernel without one takes warps, up to 16, so
+// that its largest value is at most 32 elements a thread.
+TEST(CudaPasses, DefaultWarpsFollowTheLargestValueWithoutADot) {
+  auto rows = [](int64_t r, int warps) {
+    return pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * pl::sum(x[pl::all], {1}, true); },
+                           pl::ShapeDtype({64, 4096}, pl::f32),
+                           {.grid = {64 / r},
+                            .in_specs = {pl::BlockSpec({r, 4096}, [](pl::Value i) { return pl::idx(i, 0); })},
+                            .out_specs = {pl::BlockSpec({r, 4096}, [](pl::Value i) { return pl::idx(i, 0); })},
+                            .compiler_params = {.num_warps = warps}});
+  };
+  std::vector<pl::ShapeDtype> x{pl::ShapeDtype({64, 4096}, pl::f32)};
+  EXPECT_THAT(section(rows(1, 0), x, "kernel"), HasSubstr(": 128 threads (4 warps)"));
+  EXPECT_THAT(section(rows(2, 0), x, "kernel"), HasSubstr(": 256 threads (8 warps)"));
+  EXPECT_THAT(section(rows(4, 0), x, "kernel"), HasSubstr(": 512 threads (16 warps)"));
+  EXPECT_THAT(section(rows(16, 0), x, "kernel"), HasSubstr(": 512 threads (16 warps)"));
+  EXPECT_THAT(section(rows(4, 2), x, "kernel"), HasSubstr(": 64 threads (2 warps)"));  // given: taken
+  // a dot: 4, whatever the sizes
+  EXPECT_THAT(section(matmul(128, 128, 64, pl::bf16, 0), mm_args(pl::bf16), "kernel"), HasSubstr(": 128 threads (4 warps)"));
+}
+
 // The symbol: one name for a kernel's images for several archs (an AOT library looks them all up
 // by one name), another for other stages or switches (dumps and profiles keep them apart).
 TEST(CudaPasses, TheSymbolIsTheSameAcrossArchsOnly) {
@@ -238,6 +259,47 @@ TEST(CudaPasses, LoopPlansOfAKLoop) {
 // A tile past the target's shared memory goes through global scratch (the kernel's last
 // parameter, one region per CUDA block), not refused; the kernel's shared memory stays within
 // the target's limit. (Run on both backends: ShapeOps.TileLargerThanSharedMemory.)
+// A loop over row blocks of q and g with k and v fixed (an attention backward's dK/dV loop,
+// written with the key rows first): each of q and g feeds two dots, once K-major and once
+// MN-major, and is copied once a step into a tile both read; the row statistic l, broadcast
+// over the columns of a dot's fragments, is read slot by slot instead of exchanged.
+pl::Call two_readers_loop() {
+  using V = pl::Value;
+  return pl::pallas_call(
+      [](pl::Ref q, pl::Ref g, pl::Ref l, pl::Ref k, pl::Ref v, pl::Ref dk, pl::Ref dv) {
+        V kb = k[pl::all], vb = v[pl::all];
+        auto outs = pl::fori_loop(0, 8, std::vector<V>{pl::zeros({64, 128}), pl::zeros({64, 128})}, [&](V i, std::vector<V> c) {
+          V qb = q(pl::ds(i * 64, 64), pl::all), gb = g(pl::ds(i * 64, 64), pl::all);
+          V p = pl::exp(pl::dot(kb, qb, {.trans_b = true}) - pl::expand_dims(l(pl::ds(i * 64, 64)), 0));
+          V dp = pl::dot(vb, gb, {.trans_b = true});
+          return std::vector<V>{c[0] + pl::dot((p * dp).astype(pl::bf16), qb), c[1] + pl::dot(p.astype(pl::bf16), gb)};
+        });
+        dk[pl::all] = outs[0];
+        dv[pl::all] = outs[1];
+      },
+      std::vector<pl::ShapeDtype>{pl::ShapeDtype({64, 128}, pl::f32), pl::ShapeDtype({64, 128}, pl::f32)},
+      {.name = "two_readers", .compiler_params = {.num_warps = 4, .num_stages = 2}});
+}
+std::vector<pl::ShapeDtype> two_readers_args() {
+  pl::ShapeDtype rows({512, 128}, pl::bf16), kv({64, 128}, pl::bf16);
+  return {rows, rows, pl::ShapeDtype({512}, pl::f32), kv, kv};
+}
+
+TEST(CudaPasses, LoadsReadByTwoDotsArePipelinedOnce) {
+  EXPECT_EQ(section(two_readers_loop(), two_readers_args(), "loop-plans"),
+            "loop: operand bf16[64,128] stays in shared memory (K-major)\n"
+            "loop: operand bf16[64,128] stays in shared memory (K-major)\n"
+            "loop: 2 stages, 2 buffers of 32768 bytes, copies 1 iteration(s) ahead, no barrier per iteration\n"
+            "  pipelined by TMA: operand B (bf16[64,128], K-major) of the dot giving f32[64,64], and operand B of the dot giving f32[64,128]\n"
+            "  pipelined by TMA: operand B (bf16[64,128], K-major) of the dot giving f32[64,64], and operand B of the dot giving f32[64,128]\n");
+  EXPECT_THAT(section(two_readers_loop(), two_readers_args(), "dot-operands"),
+              HasSubstr("dot bf16[64,64] x bf16[64,128]: wgmma m64n128k16, 1 tile(s) over 1 warpgroup(s); A in registers (its fragments), B "
+                        "MN-major in shared memory\n"));
+  EXPECT_THAT(section(two_readers_loop(), two_readers_args(), "value-layouts"),
+              HasSubstr("vector loads read where a broadcast puts them in fragments\n"
+                        "  load f32[64] read again by its broadcast to f32[64,64]\n"));
+}
+
 TEST(CudaPasses, ExchangeLargerThanSharedMemoryGoesThroughGlobalScratch) {
   auto big = [](int64_t rows) {
     auto k = pl::pallas_call(

@@ -204,6 +204,46 @@ TEST(FragmentValues, OnlineSoftmaxLoopCarriesRowStatistics) {
   }
 }
 
+// An attention backward's dK/dV loop written with the key rows first: each step's q and g
+// blocks feed two dots each (once as the second operand of K Q^T / V G^T, once as the second
+// operand of P^T Q / P^T G: one shared-memory copy read K-major and MN-major on sm_90a), the
+// row statistic l is broadcast over the columns of a dot's fragments (read slot by slot there),
+// and P^T feeds the next dots from registers. Against a double reference that rounds P^T and
+// P^T * dP^T to bf16 as the kernel does.
+TEST(FragmentValues, LoopLoadsFeedingTwoDotsAndColumnStatistics) {
+  const int64_t Kr = 64, D = 128, bq = 64, steps = 4, S = bq * steps;
+  auto qv = with_edges(uniform(S * D, 71, -0.5, 0.5), pl::bf16, false), gv = with_edges(uniform(S * D, 72, -1, 1), pl::bf16, false);
+  auto kv = with_edges(uniform(Kr * D, 73, -0.5, 0.5), pl::bf16, false), vv = with_edges(uniform(Kr * D, 74, -1, 1), pl::bf16, false);
+  auto lv = uniform(S, 75, 0, 1);
+  using V = pl::Value;
+  auto call = pl::pallas_call(
+      [=](pl::Ref q, pl::Ref g, pl::Ref l, pl::Ref k, pl::Ref v, pl::Ref dk, pl::Ref dv) {
+        V kb = k[pl::all], vb = v[pl::all];
+        auto outs = pl::fori_loop(0, int(steps), std::vector<V>{pl::zeros({Kr, D}), pl::zeros({Kr, D})}, [&](V i, std::vector<V> c) {
+          V qb = q(pl::ds(i * bq, bq), pl::all), gb = g(pl::ds(i * bq, bq), pl::all);
+          V p = pl::exp(pl::dot(kb, qb, {.trans_b = true}) - pl::expand_dims(l(pl::ds(i * bq, bq)), 0));
+          V dp = pl::dot(vb, gb, {.trans_b = true});
+          return std::vector<V>{c[0] + pl::dot((p * dp).astype(pl::bf16), qb), c[1] + pl::dot(p.astype(pl::bf16), gb)};
+        });
+        dk[pl::all] = outs[0];
+        dv[pl::all] = outs[1];
+      },
+      std::vector<pl::ShapeDtype>{pl::ShapeDtype({Kr, D}, pl::f32), pl::ShapeDtype({Kr, D}, pl::f32)},
+      {.name = "two_readers", .compiler_params = {.num_warps = 4}});
+  std::vector<pl::Array> out = call({make_array(qv, {S, D}, pl::bf16), make_array(gv, {S, D}, pl::bf16), make_array(lv, {S}, pl::f32),
+                                     make_array(kv, {Kr, D}, pl::bf16), make_array(vv, {Kr, D}, pl::bf16)});
+  std::vector<double> dk(static_cast<size_t>(Kr * D)), dv(dk.size());
+  for (int64_t a = 0; a < Kr; ++a)
+    for (int64_t b = 0; b < S; ++b) {
+      double s = 0, t = 0;
+      for (int64_t d = 0; d < D; ++d) s += kv[a * D + d] * qv[b * D + d], t += vv[a * D + d] * gv[b * D + d];
+      double p = std::exp(s - lv[b]), pb = round_to(p, pl::bf16), ds = round_to(p * t, pl::bf16);
+      for (int64_t d = 0; d < D; ++d) dk[a * D + d] += ds * qv[b * D + d], dv[a * D + d] += pb * gv[b * D + d];
+    }
+  EXPECT_TRUE(close(to_doubles(out[0]), dk, 1e-2, false));
+  EXPECT_TRUE(close(to_doubles(out[1]), dv, 1e-2, false));
+}
+
 // The library's flash attention with 128 query rows over two warpgroups (8 warps): on sm_90a
 // its loop is rotated and the warpgroups take turns issuing their dots (named barriers,
 // rotation.h); causal programs run loops of different lengths. Each head against a double

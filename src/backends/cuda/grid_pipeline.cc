@@ -87,9 +87,17 @@ std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, boo
   GridPipeline gp;
   gp.persistent = !gm.any_sequential();
   bool large = false;
+  // The axes whose steps a CUDA block walks: the sequential ones, or every axis when persistent.
+  std::vector<bool> walked(gm.grid.size());
+  for (size_t a = 0; a < walked.size(); ++a) walked[a] = gp.persistent || gm.sequential(a);
   for (size_t a = 0; a < gm.inputs.size(); ++a) {
     const core::BlockMapping& bm = gm.inputs[a];
     if (call.aliases.count(static_cast<int>(np + a)) || !only_loaded(k, k.invars[np + a].id)) continue;
+    // A block that is the same at every step a CUDA block walks (a norm's weight row) would be
+    // copied again into every stage; read from global memory it stays in L1/L2, and its stage
+    // space goes to the blocks that move (rms norm's backward missed the budget by 400 bytes
+    // with its weight staged and ran at 0.1x the copy bandwidth).
+    if (!bm.index_map_reads(walked, /*prefetch=*/true)) continue;
     GridPipelinedInput in;
     in.input = a;
     in.map.param = static_cast<int>(np + a);

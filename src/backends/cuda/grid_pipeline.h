@@ -12,8 +12,10 @@
 //   - a grid of parallel axes only, whose input blocks are large (32 KiB or more): the kernel is
 //     persistent, each CUDA block runs programs blockIdx.x, blockIdx.x + gridDim.x, ... (the
 //     runner launches as many CUDA blocks as fit on the device at once), one step each.
-// An input is pipelined when the kernel only loads from its ref, at the top level (no write,
-// no loop or branch reads it, no alias to an output), and TMA can copy its block in one
+// An input is pipelined when its block moves along the steps a CUDA block walks (a block the
+// same at every step stays in global memory, read through L1/L2), the kernel only loads from
+// its ref, at the top level (no write, no loop or branch reads it, no alias to an output), and
+// TMA can copy its block in one
 // tensor copy: row-major, 1-, 2- or 4-byte elements, rows of whole 16 bytes, every block
 // dimension at most 256 after splitting a longer one into (n, f) with f <= 256 dividing both
 // the block and the array (a view of the same memory, so the copy lands as the dense

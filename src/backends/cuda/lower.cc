@@ -225,7 +225,7 @@ void Emitter::emit_eqns(const ir::Jaxpr& j) {
   scopes.push_back(&j);
   auto of = [this](const ir::Atom& a) { return layout_of(a); };
   for (const ir::Eqn& e : j.eqns) {
-    if (absorbed.count(&e)) continue;
+    if (absorbed.count(&e) || plan.folded.count(&e)) continue;
     const LowerRule& r = lowering_rules().has(e.prim->id) ? lowering_rules().get(e.prim->id) : LowerRule();
     if (!r) throw Error(what + ": no CUDA lowering rule for primitive '" + e.prim->name + "'");
     // Operands held in another layout than the rule takes them in are converted first; the

@@ -210,6 +210,28 @@ int count_dots(const ir::Jaxpr& j) {
   return n;
 }
 
+// The dot operands that read var `id` in the body, in order; empty when anything else reads it
+// (another op, a nested jaxpr, the body's results).
+static std::vector<PipelinedLoad::Reader> dot_readers(const ir::Jaxpr& body, int64_t id) {
+  std::vector<PipelinedLoad::Reader> r;
+  for (const ir::Eqn& e : body.eqns)
+    for (size_t k = 0; k < e.in.size(); ++k)
+      if (auto* w = std::get_if<ir::Var>(&e.in[k]); w && w->id == id) {
+        if (e.prim->id != PrimId::dot || k > 1) return {};
+        r.push_back({&e, static_cast<int>(k)});
+      }
+  return r;
+}
+
+// Whether two swizzled tiles, each filled as loaded (straight), put every element of the load
+// at the same byte: both lay the load's rows out as 128-byte rows, 64-element column blocks
+// one after another (SwizzledTile), so they agree when the element size and the rows per
+// column block (MN for a K-major tile, K for an MN-major one) agree.
+static bool same_image(const SwizzledTile& a, const SwizzledTile& b) {
+  auto rows = [](const SwizzledTile& t) { return t.k_major ? t.mn : t.kp; };
+  return a.item == b.item && rows(a) == rows(b) && a.bytes == b.bytes;
+}
+
 LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry, const std::vector<const ir::Eqn*>& fragment_dots,
                            const ir::Eqn* read_next_iteration) {
   LoopPipeline p;
@@ -221,7 +243,7 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
     if (dot.prim->id != PrimId::dot) continue;
     for (int i = 0; i < 2; ++i) {
       const auto* v = std::get_if<ir::Var>(&dot.in[static_cast<size_t>(i)]);
-      if (!v || uses[v->id] != 1) continue;
+      if (!v) continue;
       auto d = def.find(v->id);
       if (d == def.end() || d->second->prim->id != PrimId::load || d->second->params.get_bool("has_mask")) continue;
       const ir::Eqn& load = *d->second;
@@ -232,6 +254,21 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
       // contiguous dimension, except f32 ones, which may transpose word by word (or be staged)
       if (!tile || kpad != 0) continue;
       bool straight = l.rows_are_mn == tile->k_major, vectorised = async_loadable(P, load);
+      if (uses[v->id] != 1) {
+        // Several users: all of them dot operands reading one tile image, planned at the first.
+        std::vector<PipelinedLoad::Reader> readers = dot_readers(body, v->id);
+        if (readers.size() != static_cast<size_t>(uses[v->id]) || readers[0].dot != &dot || readers[0].operand != i) continue;
+        if (!straight || !vectorised || itemsize(load.out[0].aval.dtype) != 2) continue;
+        bool same = true;
+        for (size_t r = 1; r < readers.size() && same; ++r) {
+          bool mn = false;
+          int64_t pad = 0;
+          auto t = wgmma_operand_tile(P, *readers[r].dot, readers[r].operand, &mn, &pad);
+          same = t && pad == 0 && mn == t->k_major && same_image(*t, *tile);
+        }
+        if (!same) continue;
+        l.also.assign(readers.begin() + 1, readers.end());
+      }
       using Landing = PipelinedLoad::Landing;
       const Shape& ls = load.out[0].aval.shape;
       if (load.out[0].aval.dtype != DType::F32) {
@@ -299,8 +336,11 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
   p.barrier_free = std::all_of(p.loads.begin(), p.loads.end(), [](const PipelinedLoad& l) { return l.tma && l.landing == PipelinedLoad::Landing::Straight; });
   // a rotated loop's second dot reads its stage one iteration later (rotation.h)
   const ir::Eqn* rotated = nullptr;
-  for (const PipelinedLoad& l : p.loads)
-    if (read_next_iteration && l.dot == read_next_iteration && !l.staged()) rotated = read_next_iteration;
+  for (const PipelinedLoad& l : p.loads) {
+    bool read = l.dot == read_next_iteration;
+    for (const PipelinedLoad::Reader& r : l.also) read = read || r.dot == read_next_iteration;
+    if (read_next_iteration && read && !l.staged()) rotated = read_next_iteration;
+  }
   auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= P.budgets.loop_stages; };
   // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
   // the rotation overlaps the second dot with the next iteration's first, worth more to
@@ -383,9 +423,13 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
 
 std::string pipeline_text(const LoopPipeline& p) {
   std::string t = "loop: " + std::to_string(p.stages) + " stages, " + pipeline_what(p) + "\n";
-  for (const PipelinedLoad& l : p.loads)
+  for (const PipelinedLoad& l : p.loads) {
     t += std::string(l.tma ? "  pipelined by TMA" : "  pipelined by cp.async") + landing_text(l) + ": operand " + (l.operand == 0 ? "A" : "B") + " (" +
-         l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str() + "\n";
+         l.load->out[0].aval.str() + ", " + (l.tile.k_major ? "K-major" : "MN-major") + ") of the dot giving " + l.dot->out[0].aval.str();
+    for (const PipelinedLoad::Reader& r : l.also)
+      t += ", and operand " + std::string(r.operand == 0 ? "A" : "B") + " of the dot giving " + r.dot->out[0].aval.str();
+    t += "\n";
+  }
   return t;
 }
 

@@ -1,6 +1,7 @@
 // Software pipelining of a fori_loop's loads that feed tensor-core dots (Triton's loop
-// pipeliner, in this backend's terms). A load in the loop body whose only user is a wgmma dot
-// operand, whose indices follow from the loop index alone and whose ref no op of the body
+// pipeliner, in this backend's terms). A load in the loop body whose only users are wgmma dot
+// operands (one, or several reading one 16-bit tile: PipelinedLoad::also), whose indices follow
+// from the loop index alone and whose ref no op of the body
 // writes, goes global -> shared straight into the dot's swizzled operand tile, num_stages - 1
 // iterations ahead, through num_stages buffers: the copies of the next iterations overlap this
 // one's tensor-core work, and the operand never passes through registers.
@@ -44,6 +45,16 @@ struct PipelinedLoad {
   const ir::Eqn* load = nullptr;
   const ir::Eqn* dot = nullptr;
   int operand = 0;                          // of the dot: 0 = A, 1 = B
+  // Further dots that read the same stage tile (a load with several dot users, as the query
+  // block of an attention backward: A of Q·K^T and B of dS^T·Q). Each reads it through its own
+  // descriptor: a 16-bit tile copied as loaded (rows of the load as tile rows, its columns
+  // contiguous) is one memory image whether a dot reads it K-major (the columns are K) or
+  // MN-major (the columns are MN), when the tiles have the same rows.
+  struct Reader {
+    const ir::Eqn* dot = nullptr;
+    int operand = 0;
+  };
+  std::vector<Reader> also;
   std::vector<const ir::Eqn*> index_eqns;  // body eqns computing the load's indices, in order
   SwizzledTile tile;                        // the dot's operand tile, one per stage
   bool rows_are_mn = true;

@@ -107,6 +107,10 @@ void put_swizzled(Emitter& E, const ir::Atom& x, const std::string& base, const 
 // index arrays (rules_memory.cc).
 bool emit_async_load(Emitter& E, const ir::Eqn& load, const std::function<std::string(const std::string&)>& dst);
 bool async_loadable(const KernelPlan& P, const ir::Eqn& load);  // whether emit_async_load takes it
+// dst = element `flat` (a C expression, the flat index into the load's result) of a plain load
+// (no mask, no index arrays), or poison outside the array: a folded load (KernelPlan::
+// fragment_loads) read by its broadcast, slot by slot.
+void emit_load_element(Emitter& E, const ir::Eqn& load, const std::string& flat, const std::string& dst);
 int access_width(const Emitter& E, const ir::Eqn& access);    // elements per piece (the layout pass's)
 // One 4-byte cp.async of element `e` (a C local the caller's loop defines, the flat element
 // of the load's tile) to byte address `dst`, zero-filled outside the array: for copies in an

@@ -336,6 +336,16 @@ bool emit_async_load(Emitter& E, const ir::Eqn& e, const std::function<std::stri
   return true;
 }
 
+void emit_load_element(Emitter& E, const ir::Eqn& e, const std::string& flat, const std::string& dst) {
+  Plan p = plan(E, e, e.out[0].aval.shape);
+  if (p.shared_indices) throw Error(E.what + ": CUDA lowering: a folded load with index arrays (a bug)");
+  Emitter::Block scope = E.block("{");
+  E.line("const int e = " + flat + ";");  // address() reads the element as e
+  std::string ok;
+  std::string addr = address(E, p, &ok);
+  E.line(dst + " = " + ok + " ? " + addr + " : poison<" + ctype(e.out[0].aval.dtype) + ">();");
+}
+
 void emit_async_copy_element(Emitter& E, const ir::Eqn& e, const std::string& dst) {
   Plan p = plan(E, e, e.out[0].aval.shape);
   if (p.shared_indices || itemsize(e.out[0].aval.dtype) != 4) throw Error(E.what + ": CUDA lowering: a word copy of a load with index arrays (a bug)");

@@ -426,10 +426,15 @@ void broadcast(Emitter& E, const ir::Eqn& e) {
   auto st = row_major_strides(in.shape);
   if (E.layout_of(o).kind == ValueLayout::Mma) {  // a vector over a tile's rows or columns, into fragments (i, j)
     E.declare(o);
-    std::string xs = E.put_exchange(e.in[0]), src = "0";
-    E.sync();
+    std::string src = "0";
     for (size_t j = 0; j < in.shape.size(); ++j)
       if (in.shape[j] != 1) src += std::string(" + ") + (bd[j] == 0 ? "i" : "j") + " * " + std::to_string(st[j]);
+    if (auto f = E.plan.fragment_loads.find(&e); f != E.plan.fragment_loads.end()) {  // each slot read from memory
+      E.foreach_value(o, [&] { emit_load_element(E, *f->second, src, E.elem(o, "k")); });
+      return;
+    }
+    std::string xs = E.put_exchange(e.in[0]);
+    E.sync();
     E.foreach_value(o, [&] { E.line(E.elem(o, "k") + " = " + xs + "[" + src + "];"); });
     E.sync();
     return;

@@ -8,6 +8,7 @@
 // their users take them in ("flexible"), so a causal mask or a row statistic broadcast over
 // the columns costs no conversion. Every other op takes blocked operands; emit_eqns converts
 // where a value's layout and its user's differ.
+#include <algorithm>
 #include <sstream>
 #include <unordered_set>
 
@@ -262,6 +263,67 @@ struct Assign {
   }
 };
 
+bool writes_memory(const ir::Eqn& e) {
+  switch (e.prim->id) {
+    case PrimId::store:
+    case PrimId::swap:
+    case PrimId::addupdate:
+    case PrimId::atomic_rmw:
+    case PrimId::atomic_cas: return true;
+    default: return !ir::sub_jaxprs(e).empty();  // a loop or branch: it may
+  }
+}
+
+// Vector loads read again where a broadcast puts them in a dot's fragments (KernelPlan::
+// fragment_loads): the gather of the broadcast would otherwise go through shared memory with a
+// barrier on each side, twice a step in an attention backward's loop (its logsumexp and delta
+// over the key rows' columns). Each thread reads its slots' elements itself (L1 serves the
+// repeats). Taken when the load is plain (no mask, no index arrays), its value reaches the
+// broadcast through reshapes only, each value used once, and nothing between the load and the
+// broadcast may write memory.
+void fold_fragment_loads(const ir::Jaxpr& j, KernelPlan& P) {
+  std::unordered_map<int64_t, const ir::Eqn*> def;
+  std::unordered_map<int64_t, int> uses;
+  std::unordered_map<const ir::Eqn*, size_t> at;
+  for (size_t n = 0; n < j.eqns.size(); ++n) {
+    const ir::Eqn& e = j.eqns[n];
+    at[&e] = n;
+    for (const ir::Atom& x : e.in)
+      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+    for (const ir::Var& o : e.out) def[o.id] = &e;
+    for (const ir::Jaxpr* s : ir::sub_jaxprs(e)) fold_fragment_loads(*s, P);
+  }
+  for (const ir::Atom& x : j.outvars)
+    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
+  for (const ir::Eqn& b : j.eqns) {
+    if (b.prim->id != PrimId::broadcast_in_dim || P.layout_of(b.out[0]).kind != ValueLayout::Mma) continue;
+    ir::Aval in = ir::atom_aval(b.in[0]);
+    if (Emitter::scalar_like(in) || P.layout_of(b.in[0]).kind != ValueLayout::Blocked) continue;
+    std::vector<const ir::Eqn*> chain;
+    const ir::Eqn* src = nullptr;
+    for (const ir::Atom* a = &b.in[0];;) {
+      auto* v = std::get_if<ir::Var>(a);
+      auto d = v ? def.find(v->id) : def.end();
+      if (d == def.end() || uses[v->id] != 1) break;
+      const ir::Eqn& e = *d->second;
+      chain.push_back(&e);
+      if (e.prim->id == PrimId::load) {
+        src = &e;
+        break;
+      }
+      if (e.prim->id != PrimId::reshape && e.prim->id != PrimId::squeeze) break;
+      a = &e.in[0];
+    }
+    if (!src || src->params.get_bool("has_mask") || src->params.get_bool("has_other")) continue;
+    bool plain = true;
+    for (const ir::IndexDim& x : src->params.get<ir::NDIndexer>("idx").dims) plain = plain && x.kind != ir::IndexDim::Kind::Array;
+    for (size_t n = at[src] + 1; n < at[&b] && plain; ++n) plain = !writes_memory(j.eqns[n]);
+    if (!plain) continue;
+    P.fragment_loads[&b] = src;
+    P.folded.insert(chain.begin(), chain.end());
+  }
+}
+
 }  // namespace
 
 ValueLayout operand_layout(const KernelPlan& P, const ir::Eqn& e, size_t i, const std::function<ValueLayout(const ir::Atom&)>& of) {
@@ -300,11 +362,20 @@ void plan_value_layouts(const core::PallasCall& call, KernelPlan& P) {
   A.forward(kernel);
   A.resolve(kernel, std::vector<ValueLayout>(kernel.outvars.size()));
   P.values = A.lay;
+  fold_fragment_loads(kernel, P);
   std::string text = "every value blocked\n";
   if (!P.values.empty()) {
     A.text << "values not in the blocked layout (mma: a tensor-core dot's fragments; rows: one value per fragment row)\n";
     A.dump(kernel, 1);
     text = A.text.str();
+  }
+  if (!P.fragment_loads.empty()) {
+    std::vector<std::string> lines;
+    for (auto& [b, load] : P.fragment_loads)
+      lines.push_back("  load " + load->out[0].aval.str() + " read again by its broadcast to " + b->out[0].aval.str() + "\n");
+    std::sort(lines.begin(), lines.end());  // (a map's order is not the kernel's)
+    text += "vector loads read where a broadcast puts them in fragments\n";
+    for (const std::string& l : lines) text += l;
   }
   P.sections.push_back({"value-layouts", text});
 }

@@ -1,11 +1,14 @@
 // The first pass: what the whole kernel is — its symbol, its threads and stages, the target's
 // features the later passes may use.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "src/backends/cuda/plan/passes.h"
 
 namespace pallas::cuda {
+
+using ir::PrimId;
 
 namespace {
 
@@ -15,11 +18,36 @@ std::string sanitize(const std::string& s) {
   return r.substr(0, 40);
 }
 
+// The elements of the kernel's largest value, and whether it does a dot (anywhere).
+void scan_values(const ir::Jaxpr& j, int64_t& largest, bool& dot) {
+  for (const ir::Eqn& e : j.eqns) {
+    dot = dot || e.prim->id == PrimId::dot;
+    for (const ir::Var& v : e.out) largest = std::max(largest, v.aval.size());
+    for (const ir::Jaxpr* s : ir::sub_jaxprs(e)) scan_values(*s, largest, dot);
+  }
+}
+
+// num_warps when the call does not give it. A kernel with a dot takes 4 (Triton's and Pallas'
+// default; its tiles and the dot plans are chosen for the warps it is given). A kernel without
+// one is elementwise and reductions over blocks: its threads split its largest value, and at
+// more than 32 elements a thread per value the values of a row block outgrow the registers
+// (a norm backward over [4, 4096] blocks on 4 warps spilled 7 KB a thread and ran at 0.03x the
+// copy bandwidth), so it takes as many warps, up to 16, as keep each thread at 32 or fewer —
+// what Triton users pick by hand from the block size.
+int default_warps(const core::PallasCall& call) {
+  int64_t largest = 0;
+  bool dot = false;
+  scan_values(*call.kernel, largest, dot);
+  int warps = 4;
+  while (!dot && warps < 16 && largest > int64_t{32} * 32 * warps) warps *= 2;
+  return warps;
+}
+
 }  // namespace
 
 void plan_target(const core::PallasCall& call, KernelPlan& P) {
   const CompilerParams& cp = call.compiler_params;
-  int warps = cp.num_warps > 0 ? cp.num_warps : 4;
+  int warps = cp.num_warps > 0 ? cp.num_warps : default_warps(call);
   P.threads = warps * 32;
   P.stages = cp.num_stages > 0 ? cp.num_stages : 3;
   P.wgmma = P.target.arch == "sm_90a";

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -134,6 +135,12 @@ struct KernelPlan {
   LayoutPlan layout;                                 // blocked-layout
   std::unordered_map<const ir::Eqn*, DotPlan> dots;  // dot-kinds
   std::unordered_map<int64_t, ValueLayout> values;   // value-layouts (absent, and every scalar: blocked)
+  // value-layouts: a vector load whose one use (through reshapes) is a broadcast into a dot's
+  // fragments (a row statistic over the columns) is not loaded on its own; the broadcast reads
+  // each of its slots' elements from memory (broadcast -> load), and the load and the reshapes
+  // it passed through are not printed (folded).
+  std::unordered_map<const ir::Eqn*, const ir::Eqn*> fragment_loads;
+  std::unordered_set<const ir::Eqn*> folded;
   GridPlan grid;                                     // resident-outputs, grid-pipeline
   SharedPlan smem;                                   // shared-memory
   std::unordered_map<int64_t, RefPlan> refs;         // refs: input blocks in global memory, and the loop and branch refs bound to them
