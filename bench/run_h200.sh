@@ -3,7 +3,8 @@
 # GPU half (every kernel on the GPU, poisoned outputs), the CUDA-lowering tests, the
 # differential fuzzer's campaign, compute-sanitizer, and (with STEPS including bench) the
 # benchmarks beside the anchors. Logs go to $OUT.
-# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,cache,fuzz,sanitize,bench,interop,ncu,compile,ab;
+# Run as: bash bench/run_h200.sh [steps]   (steps: comma list of build,tests,examples,cache,fuzz,sanitize,bench,interop,ncu,compile,ab;
+# `tests` includes `examples` (the examples and the package checks); `gpuhalf` runs only the GPU half and the lowering tests;
 # default build,tests,fuzz,sanitize; `kernels` runs only cuda_bench and the anchors (CUDA_BENCH_ONLY=attention,... picks
 # cuda_bench sections, ANCHORS=0 skips the anchors, ANCHORS=attention runs only theirs; `compile` runs bench/compile_bench; `ab` the attention rows with PALLAS_PINGPONG and PALLAS_NO_ROTATION); `regress` runs only the fuzzer's regression tests and the
 # CUDA-lowering tests on the GPU, a minute's check; `interop` builds the torch op and the JAX FFI library of
@@ -35,7 +36,7 @@ if has build; then
     > "$OUT/build.log" 2>&1 && cmake --build build-gpu -j16 >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
   echo "build: $(( $(date +%s) - t0 )) s"; grep -E "CUDA backend|GPU half" "$OUT/build.log"
 fi
-if has tests; then
+if has tests || has gpuhalf; then
   t0=$(date +%s)
   rm -f "$OUT/counts.txt"
   PALLAS_TEST_COUNTS_FILE="$OUT/counts.txt" ctest --test-dir build-gpu -j16 --timeout 240 -L gpu --output-on-failure \
@@ -47,6 +48,8 @@ if has tests; then
   t0=$(date +%s)
   ctest --test-dir build-gpu -j16 --timeout 240 -L interpret -R "CudaLowering|CudaLayout" --output-on-failure > "$OUT/ctest-lowering.log" 2>&1
   echo "ctest CUDA-lowering tests rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "tests passed|tests failed" "$OUT/ctest-lowering.log"
+fi
+if has tests || has examples; then
   # the examples on the GPU: the demo, and the AOT programs (runtime only; JIT vs AOT bit for bit)
   ctest --test-dir build-gpu -j4 --timeout 240 -R "^examples\." --output-on-failure > "$OUT/ctest-examples.log" 2>&1
   echo "ctest examples rc=$?"; grep -E "tests passed|tests failed|Skipped|agree|DIFFER" "$OUT/ctest-examples.log" | head -12
