@@ -326,6 +326,28 @@ def torch_backward_anchors():
             del y
         except Exception as e:  # noqa: BLE001
             emit(workload=f"bf16 {which} bwd 16384x4096", impl=impl, error=repr(e)[:200])
+    del x, dy, w, b
+    # cross entropy forward + backward, bf16 logits 4096 x 128256 (mean over the rows); bytes:
+    # the logits read twice, the gradient written once
+    R, V = 4096, 128256
+    t = torch.randint(0, V, (R,), device=dev)
+    ce = [("torch", lambda x: torch.nn.functional.cross_entropy(x, t))]
+    try:
+        from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
+        ce.append(("liger", LigerCrossEntropyLoss()))
+    except Exception as e:  # noqa: BLE001
+        emit(workload="cross entropy", impl="liger", error=repr(e)[:200])
+    for impl, fn in ce:
+        try:
+            x = torch.randn(R, V, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            def step():
+                x.grad = None
+                fn(x).backward()
+            ms = torch_time(step, reps=10)
+            emit(workload=f"bf16 cross entropy fwd+bwd {R}x{V}", impl=impl, ms=ms, gbps=3 * R * V * 2 / ms / 1e6)
+            del x
+        except Exception as e:  # noqa: BLE001
+            emit(workload=f"bf16 cross entropy fwd+bwd {R}x{V}", impl=impl, error=repr(e)[:200])
     big = torch.empty(1 << 28, device=dev)
     src = torch.randn(1 << 28, device=dev)
     ms = torch_time(lambda: big.copy_(src))

@@ -625,6 +625,44 @@ int main() {
       std::printf("bf16_%s_bwd_16384x4096,%.4f,GB/s,%.1f,dx_relerr=%g,first_call_ms=%.0f\n", which, ms, bytes / ms / 1e6, err, first_ms);
     });
   }
+  // Cross entropy over a 128256-token vocabulary (Llama 3's), bf16 logits of 4096 rows: the
+  // forward (per-row loss, lse) and the pullback (dx) as a training step runs them; bytes are
+  // the logits read twice and dx written once.
+  if (section("backward")) row([&] {
+    int64_t R = 4096, V = 128256;
+    auto x = pl::random::normal({R, V}, pl::bf16, 51).to(pl::Device::cuda(0));
+    auto t = pl::random::randint({R}, pl::i32, 52, 0, static_cast<int32_t>(V)).to(pl::Device::cuda(0));
+    auto dloss = pl::Array::full({R}, 1.0 / R, pl::f32).to(pl::Device::cuda(0));
+    pl::CustomVjp f = pl::kernels::cross_entropy_vjp(R, V, pl::bf16);
+    double t0 = now_ms();
+    auto [outs, pullback] = pl::vjp(f, {x, t});
+    std::vector<pl::Array> g = pullback({dloss});
+    pl::synchronize();
+    double first_ms = now_ms() - t0;
+    double ms = median_ms([&] {
+      auto r = pl::vjp(f, {x, t});
+      g = r.second({dloss});
+    }, 10);
+    double ms_fwd = median_ms([&] { outs = f.fwd()({x, t}); }, 10);
+    // loss and dx of a few rows against a double-precision reference
+    auto xv = x.to_vector<float>();
+    auto tv = t.to_vector<int32_t>();
+    auto lv = outs[0].to_vector<float>();
+    auto dxv = g[0].to_vector<float>();
+    double err_loss = 0, err_dx = 0;
+    for (int64_t r = 0; r < R; r += 997) {
+      const float* xr = &xv[r * V];
+      double m = -1e300, l = 0;
+      for (int64_t j = 0; j < V; ++j) m = std::max(m, (double)xr[j]);
+      for (int64_t j = 0; j < V; ++j) l += std::exp(xr[j] - m);
+      double lse = m + std::log(l);
+      err_loss = std::max(err_loss, std::fabs(lv[r] - (lse - xr[tv[r]])));
+      for (int64_t j = 0; j < V; ++j)
+        err_dx = std::max(err_dx, std::fabs(dxv[r * V + j] - (std::exp(xr[j] - lse) - (j == tv[r])) / R) * R);
+    }
+    std::printf("bf16_cross_entropy_fwd_bwd_4096x128256,%.4f,GB/s,%.1f,fwd_ms=%.3f,loss_maxerr=%g,dx_maxerr_x_rows=%g,first_call_ms=%.0f\n", ms,
+                3.0 * R * V * 2 / ms / 1e6, ms_fwd, err_loss, err_dx, first_ms);
+  });
   // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each
   // program sums its rows' dw/db into its own row of partials).
   for (const char* which : {"layer_norm", "rms_norm"}) {

@@ -97,6 +97,26 @@ struct AttentionConfig {
 Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                      AttentionConfig cfg = {});
 
+// ---- cross entropy over a vocabulary (kernels/cross_entropy.cc) ----
+// loss[n] = logsumexp(x[n, :]) - x[n, t[n]] for logits x[N, V] and i32 targets t[N], computed
+// in f32 (f64 for f64) over chunks of block_v columns: the softmax is never written. A row
+// whose target is ignore_index has loss 0 and a zero gradient; a target outside [0, V) that is
+// not ignore_index gives a NaN loss and a NaN gradient row (never a plausible number).
+// Per-row losses, as torch's reduction='none': the mean is the caller's (its cotangent 1/N).
+struct CrossEntropyConfig {
+  int64_t block_v = 0;  // columns a step (forward) or a program (backward); 0: 4096, or V when smaller
+  int64_t ignore_index = -100;  // must not be a class (negative, as torch's default)
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+// (x, t) -> (loss [N], lse [N]), both f32 (f64 for f64); lse is the backward's residual.
+Call cross_entropy_fwd(int64_t rows, int64_t vocab, DType dtype, CrossEntropyConfig cfg = {});
+// (x, t, lse, dloss [N]) -> dx [N, V] in x's dtype: (softmax(x) - onehot(t)) * dloss.
+Call cross_entropy_bwd(int64_t rows, int64_t vocab, DType dtype, CrossEntropyConfig cfg = {});
+// (x, t) -> loss with cross_entropy_bwd attached: the pullback gives {dx, (none for t)}; x and
+// t reach bwd as residual inputs (not copied), then lse.
+CustomVjp cross_entropy_vjp(int64_t rows, int64_t vocab, DType dtype, CrossEntropyConfig cfg = {});
+
 // ---- flash attention backward (FlashAttention-2), docs/transforms.md "Backward kernels" ----
 // (q, k, v) -> (o, lse [B, H, S]): the forward that also writes L = m + log(l), the natural
 // logsumexp of each query row's scaled scores (f32; f64 for f64), the backward's residual.
