@@ -543,7 +543,7 @@ int main() {
         int64_t bq, bk;
         int warps, stages;
       };
-      for (Variant x : {Variant{64, 64, 4, 2}, Variant{64, 64, 4, 3}, Variant{64, 128, 8, 2}, Variant{128, 64, 4, 2}, Variant{128, 128, 8, 2}}) {
+      for (Variant x : {Variant{64, 64, 4, 2}, Variant{64, 64, 4, 3}, Variant{64, 128, 8, 2}, Variant{128, 128, 8, 2}}) {
         pl::kernels::AttentionBwdConfig bcfg;
         bcfg.block_q = x.bq, bcfg.block_k = x.bk, bcfg.compiler_params = {.num_warps = x.warps, .num_stages = x.stages};
         std::vector<pl::Array> tmp;
@@ -674,7 +674,7 @@ int main() {
       auto w = pl::random::normal({C}, pl::bf16, 42).to(pl::Device::cuda(0));
       auto dy = pl::random::normal({R, C}, pl::bf16, 44).to(pl::Device::cuda(0));
       auto st = pl::random::uniform({R}, pl::f32, 45).to(pl::Device::cuda(0));
-      for (auto [br, programs] : std::vector<std::pair<int64_t, int64_t>>{{1, 128}, {1, 264}, {1, 528}, {2, 128}, {2, 264}, {4, 128}, {4, 264}}) {
+      for (auto [br, programs] : std::vector<std::pair<int64_t, int64_t>>{{1, 264}, {2, 128}, {2, 264}, {4, 128}}) {
         pl::kernels::NormBwdConfig cfg;
         cfg.block_rows = br, cfg.programs = programs;
         pl::Call k = ln ? pl::kernels::layer_norm_bwd(R, C, pl::bf16, cfg) : pl::kernels::rms_norm_bwd(R, C, pl::bf16, cfg);
