@@ -1,5 +1,6 @@
 #include "pallas/kernels.h"
 
+#include <algorithm>
 #include <functional>
 
 namespace pallas::kernels {
@@ -8,11 +9,14 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
   int64_t bm = std::min(cfg.block_m, m), bn = std::min(cfg.block_n, n), bk = std::min(cfg.block_k, k);
   if (k % bk) throw Error("kernels::matmul: K=" + std::to_string(k) + " is not a multiple of block_k=" + std::to_string(bk));
   int64_t steps = k / bk;
+  const bool ta = cfg.trans_a, tb = cfg.trans_b;
   auto kernel = [=](Ref a, Ref b, Ref o) {
     Value acc = fori_loop(0, steps, zeros({bm, bn}, DType::F32), [&](Value s, Value acc) {
-      Value x = a(all, ds(s * bk, bk));
-      Value y = b(ds(s * bk, bk), all);
-      return acc + dot(x, y);
+      Value x = ta ? a(ds(s * bk, bk), all) : a(all, ds(s * bk, bk));
+      Value y = tb ? b(all, ds(s * bk, bk)) : b(ds(s * bk, bk), all);
+      if (x.dtype() != in_dtype) x = x.astype(in_dtype);
+      if (y.dtype() != in_dtype) y = y.astype(in_dtype);
+      return acc + dot(x, y, {.trans_a = ta, .trans_b = tb});
     });
     o[all] = acc.astype(out_dtype);
   };
@@ -28,8 +32,8 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
   };
   return pallas_call(kernel, ShapeDtype({m, n}, out_dtype),
                      {.grid = gm <= 1 ? std::vector<int64_t>{rows, cols} : std::vector<int64_t>{rows * cols},
-                      .in_specs = {spec({bm, k}, [](Value i, Value) { return idx(i, 0); }),
-                                   spec({k, bn}, [](Value, Value j) { return idx(0, j); })},
+                      .in_specs = {ta ? spec({k, bm}, [](Value i, Value) { return idx(0, i); }) : spec({bm, k}, [](Value i, Value) { return idx(i, 0); }),
+                                   tb ? spec({bn, k}, [](Value, Value j) { return idx(j, 0); }) : spec({k, bn}, [](Value, Value j) { return idx(0, j); })},
                       .out_specs = {spec({bm, bn}, [](Value i, Value j) { return idx(i, j); })},
                       .interpret = cfg.interpret,
                       .name = "matmul",
@@ -37,6 +41,25 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
                       .cost_estimate = CostEstimate{2 * m * n * k, 0,
                                                     static_cast<int64_t>((m * k + k * n) * itemsize(in_dtype) +
                                                                          m * n * itemsize(out_dtype))}});
+}
+
+CustomVjp matmul_vjp(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg) {
+  Call fwd = matmul(m, n, k, in_dtype, out_dtype, cfg);
+  MatmulConfig da_cfg = cfg, db_cfg = cfg;
+  da_cfg.trans_a = false, da_cfg.trans_b = true;   // dA[M,K] = dC[M,N] (B[K,N] as N x K)^T
+  db_cfg.trans_a = true, db_cfg.trans_b = false;   // dB[K,N] = (A[M,K] as K x M)^T dC[M,N]
+  // the backward's reductions run over N (dA) and M (dB): block_k halved until it divides them
+  auto dividing = [&](int64_t len) {
+    int64_t b = std::min(cfg.block_k, len);
+    while (b > 1 && len % b) b /= 2;
+    return b;
+  };
+  da_cfg.block_k = dividing(n), db_cfg.block_k = dividing(m);
+  Call da = matmul(m, k, n, in_dtype, in_dtype, da_cfg);
+  Call db = matmul(k, n, m, in_dtype, in_dtype, db_cfg);
+  // residuals: A, B (inputs), then dC
+  BwdFn bwd = [da, db](const std::vector<Array>& r) { return std::vector<Array>{da({r[2], r[1]})[0], db({r[0], r[2]})[0]}; };
+  return custom_vjp(fwd, bwd, 1, {.residual_inputs = {0, 1}}, "matmul (dC B^T) + matmul (A^T dC)");
 }
 
 Autotuned tuned_matmul(DType out_dtype, std::vector<Config> space, bool interpret) {

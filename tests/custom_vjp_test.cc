@@ -389,6 +389,43 @@ TEST(CustomVjpKernels, NormsLowPrecisionAgainstF64Reference) {
     }
 }
 
+// matmul's two backward matmuls (dC B^T and A^T dC, by matmul with trans_b and trans_a):
+// small integers, so every product and sum is exact in bf16 and tf32 and the gradients equal
+// the reference rounded once; a cotangent in f32 for bf16 inputs is converted as it is read; sizes
+// whose backward reductions do not divide block_k.
+TEST(CustomVjpKernels, MatmulBackwardMatmulsAreExact) {
+  auto ints = [](pl::Shape s, uint64_t seed, pl::DType t) { return pl::random::randint(s, pl::i32, seed, -4, 5).astype(t); };
+  for (auto [in, out] : std::vector<std::pair<pl::DType, pl::DType>>{{pl::bf16, pl::bf16}, {pl::bf16, pl::f32}, {pl::f32, pl::f32}}) {
+    for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 48, 32}, {40, 24, 64}}) {
+      SCOPED_TRACE(std::string(pl::dtype_name(in)) + "->" + pl::dtype_name(out) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+                   std::to_string(k));
+      pl::CustomVjp f = pl::kernels::matmul_vjp(m, n, k, in, out, {.block_m = 32, .block_n = 16, .block_k = 16, .compiler_params = {.num_warps = 4}});
+      pl::Array a = ints({m, k}, 1, in), b = ints({k, n}, 2, in), dc = ints({m, n}, 3, out);
+      auto [outs, pullback] = pl::vjp(f, {a, b});
+      std::vector<pl::Array> g = pullback(dc);
+      ASSERT_EQ(g.size(), 2u);
+      EXPECT_EQ(g[0].shape_dtype(), a.shape_dtype());
+      EXPECT_EQ(g[1].shape_dtype(), b.shape_dtype());
+      auto av = vec(a), bv = vec(b), cv = vec(dc);
+      std::vector<double> c(static_cast<size_t>(m * n)), da(static_cast<size_t>(m * k)), db(static_cast<size_t>(k * n));
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t p = 0; p < k; ++p) {
+            c[i * n + j] += av[i * k + p] * bv[p * n + j];
+            da[i * k + p] += cv[i * n + j] * bv[p * n + j];
+            db[p * n + j] += av[i * k + p] * cv[i * n + j];
+          }
+      // (exact sums in f32, rounded once to the result's dtype, as both backends do)
+      for (double& x : c) x = pt::round_to(x, out);
+      for (double& x : da) x = pt::round_to(x, in);
+      for (double& x : db) x = pt::round_to(x, in);
+      EXPECT_EQ(vec(outs[0]), c);
+      EXPECT_EQ(vec(g[0]), da);
+      EXPECT_EQ(vec(g[1]), db);
+    }
+  }
+}
+
 TEST(CustomVjpKernels, BadArgumentsNameTheKernel) {
   EXPECT_THROW_MSG(pl::kernels::softmax_bwd(4, 8, pl::i32), "pl::kernels::softmax_bwd: dtype is i32");
   EXPECT_THROW_MSG(pl::kernels::layer_norm_bwd(0, 8, pl::f32), "pl::kernels::layer_norm_bwd: rows and cols must be at least 1");

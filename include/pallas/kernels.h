@@ -16,8 +16,16 @@ struct MatmulConfig {
   int64_t group_m = 8;
   CompilerParams compiler_params = {.num_warps = 8};
   bool interpret = false;
+  // A stored K x M (C = A^T B) and/or B stored N x K (C = A B^T, x W^T): the backward's forms.
+  bool trans_a = false, trans_b = false;
 };
+// An operand of another dtype than in_dtype (a cotangent in out_dtype) is converted to in_dtype
+// as it is read.
 Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg = {});
+// matmul (A, B) -> C with its two backward matmuls attached: the pullback of dC gives
+// dA = dC B^T (M x K) and dB = A^T dC (K x N), in in_dtype, by matmul with trans_b and trans_a
+// (cfg's blocks for each, clamped to its shape); A and B reach the backward as residual inputs.
+CustomVjp matmul_vjp(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, MatmulConfig cfg = {});
 
 // matmul for any A[M,K], B[K,N], its configuration tuned on first use per shape and device
 // (pl::autotune, cached on disk): block_m, block_n, block_k, num_warps, num_stages. An empty
