@@ -42,6 +42,10 @@ double softmax_scale(const AttentionConfig& cfg, int64_t head_dim) {
   return cfg.sm_scale > 0 ? cfg.sm_scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
 
+BlockSpec segment_spec(int64_t seq) {
+  return BlockSpec({squeezed, seq}, [](Value b, Value, Value) { return idx(b, 0); });
+}
+
 }  // namespace detail_attention
 
 namespace {
@@ -64,13 +68,17 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
   int64_t kv_heads = cfg.kv_heads ? cfg.kv_heads : heads;
   int64_t group = heads / kv_heads;
   DType acc_t = dtype == DType::F64 ? DType::F64 : DType::F32;
+  const bool segments = cfg.segment_ids;
   auto kernel = [=](std::vector<Ref> r) {
-    const Ref &q_ref = r[0], &k_ref = r[1], &v_ref = r[2], &o_ref = r[3];
+    // inputs q, k, v[, seg], then o[, lse]
+    const size_t o = segments ? 4 : 3;
+    const Ref &q_ref = r[0], &k_ref = r[1], &v_ref = r[2], &o_ref = r[o];
     Value qi = program_id(2);
     Value q = q_ref[all];
     Value m0 = full({bq}, -INFINITY, acc_t), l0 = zeros({bq}, acc_t), acc0 = zeros({bq, head_dim}, acc_t);
     // Causal: KV blocks past the diagonal are skipped by the loop bound.
     Value hi = causal ? Value((qi + 1) * bq + bk - 1) / bk : Value(seq / bk);
+    Value seg_q = segments ? r[3](ds(qi * bq, bq)) : Value();
     auto outs = fori_loop(0, hi, std::vector<Value>{m0, l0, acc0}, [&](Value j, std::vector<Value> c) {
       Value kb = k_ref(ds(j * bk, bk), all);
       Value vb = v_ref(ds(j * bk, bk), all);
@@ -79,6 +87,13 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
         Value rows = qi * bq + iota(DType::I32, {bq, bk}, 0);
         Value cols = j * bk + iota(DType::I32, {bq, bk}, 1);
         s = where(rows >= cols, s, -INFINITY);
+      }
+      if (segments) {
+        // A finite mask: a block may hide a row's every key (an earlier segment's), and -inf
+        // there would make the running maximum -inf and its rescale NaN. The row's first real
+        // key rescales what such blocks added by exp2(-huge) = 0.
+        Value seg_k = r[3](ds(j * bk, bk));
+        s = where(expand_dims(seg_q, 1) == expand_dims(seg_k, 0), s, full_like(s, kSegmentMask));
       }
       // In base 2, as Triton's fused-attention tutorial: m is the running row maximum of
       // s * scale * log2(e) (max(s) * c is max(s * c) exactly for c > 0), and p = 2^(s*c - m)
@@ -93,7 +108,7 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
     });
     o_ref[all] = (outs[2] / expand_dims(outs[1], 1)).astype(dtype);
     // m is in base-2 units: the natural logsumexp of s * scale is m * ln(2) + log(l).
-    if (with_lse) r[4][all] = outs[0] * 0.6931471805599453 + log(outs[1]);
+    if (with_lse) r[o + 1][all] = outs[0] * 0.6931471805599453 + log(outs[1]);
   };
   BlockSpec qspec({squeezed, squeezed, bq, head_dim}, [](Value b, Value h, Value i) { return idx(b, h, i, 0); });
   BlockSpec kvspec =
@@ -107,10 +122,12 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
     outs.push_back(ShapeDtype({batch, heads, seq}, acc_t));
     out_specs.push_back(BlockSpec({squeezed, squeezed, bq}, [](Value b, Value h, Value i) { return idx(b, h, i); }));
   }
-  std::string name = std::string(kname) + (causal ? "_causal" : "");
+  std::string name = std::string(kname) + (causal ? "_causal" : "") + (segments ? "_segments" : "");
+  std::vector<BlockSpec> in_specs = {qspec, kvspec, kvspec};
+  if (segments) in_specs.push_back(segment_spec(seq));
   return pallas_call(kernel, outs,
                      {.grid = {batch, heads, seq / bq},
-                      .in_specs = {qspec, kvspec, kvspec},
+                      .in_specs = in_specs,
                       .out_specs = out_specs,
                       .interpret = cfg.interpret,
                       .name = name,

@@ -15,5 +15,10 @@ void check_attention(const char* kernel, int64_t batch, int64_t heads, int64_t s
 int64_t block_size(const char* kernel, const char* what, int64_t given, int64_t fallback, int64_t seq);
 // cfg.sm_scale, or 1/sqrt(head_dim) when it is 0.
 double softmax_scale(const AttentionConfig& cfg, int64_t head_dim);
+// The segment ids' block: batch b's whole row [S] (grids (B, heads, blocks)).
+BlockSpec segment_spec(int64_t seq);
+// The forward's score for a key in another segment: finite (JAX's DEFAULT_MASK_VALUE), see
+// attention.cc.
+constexpr double kSegmentMask = -0.7 * 3.4028234663852886e38;
 
 }  // namespace pallas::kernels::detail_attention

@@ -43,7 +43,9 @@ BwdShape bwd_shape(const char* kname, int64_t batch, int64_t heads, int64_t seq,
   return s;
 }
 
-std::string with_causal(const char* name, bool causal) { return std::string(name) + (causal ? "_causal" : ""); }
+std::string with_causal(const char* name, const AttentionConfig& attn) {
+  return std::string(name) + (attn.causal ? "_causal" : "") + (attn.segment_ids ? "_segments" : "");
+}
 
 }  // namespace
 
@@ -73,10 +75,15 @@ Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t
   const double scale = sh.scale;
   const bool causal = attn.causal;
   DType acc = acc_dtype(dtype);
-  auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref do_ref, Ref lse_ref, Ref delta_ref, Ref dk_ref, Ref dv_ref) {
+  const bool segments = attn.segment_ids;
+  auto kernel = [=](std::vector<Ref> r) {
+    const Ref &q_ref = r[0], &k_ref = r[1], &v_ref = r[2], &do_ref = r[3], &lse_ref = r[4], &delta_ref = r[5];
+    const size_t out = segments ? 7 : 6;  // after the inputs (and the segment ids)
+    const Ref &dk_ref = r[out], &dv_ref = r[out + 1];
     Value j = program_id(2);
     Value k = k_ref[all];
     Value v = v_ref[all];
+    Value seg_k = segments ? r[6](ds(j * bk, bk)) : Value();
     // Causal: query blocks that end before this key block starts see none of it.
     Value i0 = causal ? Value(j * bk / bq) : Value(0);
     Value count = nq - i0;  // query blocks per query head
@@ -100,6 +107,7 @@ Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t
         Value query = i * bq + iota(DType::I32, {bk, bq}, 1);
         st = where(query >= key, st, -INFINITY);
       }
+      if (segments) st = where(expand_dims(seg_k, 1) == expand_dims(r[6](ds(i * bq, bq)), 0), st, full_like(st, -INFINITY));
       Value pt = exp(st - expand_dims(l, 0));                // P^T
       Value dv = c[1] + dot(pt.astype(dtype), d_o);          // P^T dO: [bk, D]
       Value dpt = dot(v, d_o, {.trans_b = true});            // dP^T = V dO^T: [bk, bq]
@@ -122,12 +130,14 @@ Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t
                        : BlockSpec({squeezed, group, seq}, [](Value b, Value h, Value) { return idx(b, h, 0); });
   ShapeDtype kv_shape({batch, sh.kv_heads, seq, head_dim}, dtype);
   int64_t flops = 8 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  std::vector<BlockSpec> in_specs = {rows, kv, kv, rows, stat, stat};
+  if (segments) in_specs.push_back(segment_spec(seq));
   return pallas_call(kernel, std::vector<ShapeDtype>{kv_shape, kv_shape},
                      {.grid = {batch, sh.kv_heads, seq / bk},
-                      .in_specs = {rows, kv, kv, rows, stat, stat},
+                      .in_specs = in_specs,
                       .out_specs = {kv, kv},
                       .interpret = cfg.interpret,
-                      .name = with_causal(kname, causal),
+                      .name = with_causal(kname, attn),
                       .compiler_params = cfg.compiler_params,
                       .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
 }
@@ -140,9 +150,13 @@ Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t h
   const double scale = sh.scale;
   const bool causal = attn.causal;
   DType acc = acc_dtype(dtype);
-  auto kernel = [=](Ref q_ref, Ref k_ref, Ref v_ref, Ref do_ref, Ref lse_ref, Ref delta_ref, Ref dq_ref) {
+  const bool segments = attn.segment_ids;
+  auto kernel = [=](std::vector<Ref> r) {
+    const Ref &q_ref = r[0], &k_ref = r[1], &v_ref = r[2], &do_ref = r[3], &lse_ref = r[4], &delta_ref = r[5];
+    const Ref& dq_ref = r[segments ? 7 : 6];
     Value i = program_id(2);
     Value q = q_ref[all];
+    Value seg_q = segments ? r[6](ds(i * bq, bq)) : Value();
     Value d_o = do_ref[all];
     Value l = expand_dims(lse_ref[all], 1);
     Value dl = expand_dims(delta_ref[all], 1);
@@ -153,10 +167,11 @@ Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t h
       Value vb = v_ref(ds(j * bk, bk), all);
       Value s = dot(q, kb, {.trans_b = true}) * scale;  // [bq, bk]
       if (causal) {
-        Value r = i * bq + iota(DType::I32, {bq, bk}, 0);
+        Value rw = i * bq + iota(DType::I32, {bq, bk}, 0);
         Value cl = j * bk + iota(DType::I32, {bq, bk}, 1);
-        s = where(r >= cl, s, -INFINITY);
+        s = where(rw >= cl, s, -INFINITY);
       }
+      if (segments) s = where(expand_dims(seg_q, 1) == expand_dims(r[6](ds(j * bk, bk)), 0), s, full_like(s, -INFINITY));
       Value p = exp(s - l);
       Value dp = dot(d_o, vb, {.trans_b = true});  // dO V^T: [bq, bk]
       Value dsc = p * (dp - dl);
@@ -171,12 +186,14 @@ Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t h
                             : BlockSpec({squeezed, squeezed, seq, head_dim},
                                         [group](Value b, Value h, Value) { return idx(b, h / group, 0, 0); });
   int64_t flops = 6 * batch * heads * seq * seq * head_dim / (causal ? 2 : 1);
+  std::vector<BlockSpec> in_specs = {rows, kv, kv, rows, stat, stat};
+  if (segments) in_specs.push_back(segment_spec(seq));
   return pallas_call(kernel, ShapeDtype({batch, heads, seq, head_dim}, dtype),
                      {.grid = {batch, heads, seq / bq},
-                      .in_specs = {rows, kv, kv, rows, stat, stat},
+                      .in_specs = in_specs,
                       .out_specs = {rows},
                       .interpret = cfg.interpret,
-                      .name = with_causal(kname, causal),
+                      .name = with_causal(kname, attn),
                       .compiler_params = cfg.compiler_params,
                       .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
 }
@@ -193,20 +210,28 @@ CustomVjp flash_attention_vjp(int64_t batch, int64_t heads, int64_t seq, int64_t
   int64_t kv_heads = cfg.kv_heads ? cfg.kv_heads : heads;
   ShapeDtype qs({batch, heads, seq, head_dim}, dtype), kvs({batch, kv_heads, seq, head_dim}, dtype);
   ShapeDtype stat({batch, heads, seq}, dtype == DType::F64 ? DType::F64 : DType::F32);
-  fwd.trace({qs, kvs, kvs});
-  primal.trace({qs, kvs, kvs});
+  const bool segments = cfg.segment_ids;
+  std::vector<ShapeDtype> fwd_in = {qs, kvs, kvs}, bwd_in = {qs, kvs, kvs, qs, stat, stat};
+  if (segments) fwd_in.push_back(ShapeDtype({batch, seq}, DType::I32)), bwd_in.push_back(fwd_in.back());
+  fwd.trace(fwd_in);
+  primal.trace(fwd_in);
   pre.trace({qs, qs});
-  dkdv.trace({qs, kvs, kvs, qs, stat, stat});
-  dq.trace({qs, kvs, kvs, qs, stat, stat});
-  // a = {q, k, v (residual inputs), o (a residual output), lse (fwd's residual), do}.
-  BwdFn f = [pre, dkdv, dq](const std::vector<Array>& a) {
-    const Array &q = a[0], &k = a[1], &v = a[2], &o = a[3], &lse = a[4], &d_o = a[5];
+  dkdv.trace(bwd_in);
+  dq.trace(bwd_in);
+  // a = {q, k, v[, seg] (residual inputs), o (a residual output), lse (fwd's residual), do}.
+  BwdFn f = [pre, dkdv, dq, segments](const std::vector<Array>& a) {
+    size_t n = segments ? 4 : 3;
+    const Array &q = a[0], &k = a[1], &v = a[2], &o = a[n], &lse = a[n + 1], &d_o = a[n + 2];
     Array delta = pre({o, d_o})[0];
-    std::vector<Array> kv = dkdv({q, k, v, d_o, lse, delta});
-    Array dqa = dq({q, k, v, d_o, lse, delta})[0];
-    return std::vector<Array>{dqa, kv[0], kv[1]};
+    std::vector<Array> args = {q, k, v, d_o, lse, delta};
+    if (segments) args.push_back(a[3]);
+    std::vector<Array> kv = dkdv(args);
+    Array dqa = dq(args)[0];
+    return std::vector<Array>{dqa, kv[0], kv[1]};  // (seg, an integer input, has none)
   };
-  return custom_vjp(fwd, f, 1, {.residual_inputs = {0, 1, 2}, .residual_outputs = {0}, .primal = primal},
+  std::vector<int> residual_inputs = {0, 1, 2};
+  if (segments) residual_inputs.push_back(3);
+  return custom_vjp(fwd, f, 1, {.residual_inputs = residual_inputs, .residual_outputs = {0}, .primal = primal},
                     "flash_attention_bwd_preprocess + flash_attention_bwd_dkdv + flash_attention_bwd_dq");
 }
 

@@ -24,8 +24,10 @@ struct Shape {
 struct AttnRef {
   std::vector<double> o, lse, dq, dk, dv;
 };
+// seg: segment ids [B * S] (empty: none); query i sees key j when both agree (and j <= i, causal).
 AttnRef attention_ref(const Shape& sh, bool causal, double scale, const std::vector<double>& q,
-                      const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& d_o) {
+                      const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& d_o,
+                      const std::vector<int32_t>& seg = {}) {
   const int64_t S = sh.s, D = sh.d, G = sh.h / sh.hkv;
   AttnRef r;
   r.o.assign(q.size(), 0.0);
@@ -46,12 +48,13 @@ AttnRef attention_ref(const Shape& sh, bool causal, double scale, const std::vec
       double* dK = &r.dk[(b * sh.hkv + hk) * S * D];
       double* dV = &r.dv[(b * sh.hkv + hk) * S * D];
       for (int64_t i = 0; i < S; ++i) {
-        const int64_t n = causal ? i + 1 : S;  // keys row i sees
+        const int64_t n = causal ? i + 1 : S;  // keys row i may see
+        auto hidden = [&](int64_t j) { return !seg.empty() && seg[b * S + i] != seg[b * S + j]; };
         double m = -INFINITY;
         for (int64_t j = 0; j < n; ++j) {
           double s = 0;
           for (int64_t e = 0; e < D; ++e) s += Q[i * D + e] * K[j * D + e];
-          p[j] = s * scale;
+          p[j] = hidden(j) ? -INFINITY : s * scale;
           m = std::max(m, p[j]);
         }
         double l = 0;
@@ -125,6 +128,47 @@ void expect_matches_reference(const Shape& sh, bool causal, pl::DType t, double 
 }
 
 }  // namespace
+
+// Packed sequences (AttentionConfig::segment_ids): segments that start inside blocks, a block
+// whose keys all belong to an earlier segment than some of its queries (the forward's finite
+// mask), causal and not, grouped-query; f64 against central differences and the reference,
+// bf16 against the f64 reference. The segment ids get no cotangent.
+TEST(AttentionVjp, SegmentIds) {
+  for (Shape sh : {Shape{2, 2, 2, 32, 16}, Shape{1, 4, 2, 32, 16}})
+    for (bool causal : {false, true}) {
+      SCOPED_TRACE(describe(sh, causal, pl::f64));
+      // batch 0: segments of 5, 14 and 13 tokens; batch 1: one segment, then three
+      std::vector<int32_t> seg;
+      for (int64_t b = 0; b < sh.b; ++b)
+        for (int64_t i = 0; i < sh.s; ++i) seg.push_back(b == 0 ? (i < 5 ? 0 : i < 19 ? 1 : 2) : (i < 20 ? 7 : i < 23 ? 8 : 9));
+      pl::Array sa = pl::Array::from_vector(seg, {sh.b, sh.s});
+      pl::kernels::AttentionConfig cfg{.block_q = 16, .block_k = 8, .causal = causal, .kv_heads = sh.hkv, .segment_ids = true};
+      pl::kernels::AttentionBwdConfig bcfg{.block_q = 8, .block_k = 16};
+      pl::CustomVjp f = pl::kernels::flash_attention_vjp(sh.b, sh.h, sh.s, sh.d, pl::f64, cfg, bcfg);
+      Inputs in = inputs(sh, pl::f64, 41);
+      expect_vjp_matches_fd(f, {in.q, in.k, in.v, sa}, {in.d_o}, 1e-6);
+      auto [outs, pullback] = pl::vjp(f, {in.q, in.k, in.v, sa});
+      std::vector<pl::Array> g = pullback(in.d_o);
+      ASSERT_EQ(g.size(), 4u);
+      EXPECT_FALSE(g[3].defined());
+      double scale = 1 / std::sqrt(static_cast<double>(sh.d));
+      AttnRef r = attention_ref(sh, causal, scale, vec(in.q), vec(in.k), vec(in.v), vec(in.d_o), seg);
+      EXPECT_LT(rel_err(vec(outs[0]), r.o), 1e-13) << "o";
+      EXPECT_LT(rel_err(vec(g[0]), r.dq), 1e-13) << "dq";
+      EXPECT_LT(rel_err(vec(g[1]), r.dk), 1e-13) << "dk";
+      EXPECT_LT(rel_err(vec(g[2]), r.dv), 1e-13) << "dv";
+      // bf16, the default blocks
+      Inputs lo = inputs(sh, pl::bf16, 43);
+      pl::kernels::AttentionConfig lcfg{.causal = causal, .kv_heads = sh.hkv, .segment_ids = true};
+      auto [lo_outs, lo_pull] = pl::vjp(pl::kernels::flash_attention_vjp(sh.b, sh.h, sh.s, sh.d, pl::bf16, lcfg), {lo.q, lo.k, lo.v, sa});
+      std::vector<pl::Array> lg = lo_pull(lo.d_o);
+      AttnRef lr = attention_ref(sh, causal, scale, vec(lo.q), vec(lo.k), vec(lo.v), vec(lo.d_o), seg);
+      EXPECT_LT(rel_err(vec(lo_outs[0]), lr.o), 2e-2) << "o";
+      EXPECT_LT(rel_err(vec(lg[0]), lr.dq), 2e-2) << "dq";
+      EXPECT_LT(rel_err(vec(lg[1]), lr.dk), 2e-2) << "dk";
+      EXPECT_LT(rel_err(vec(lg[2]), lr.dv), 2e-2) << "dv";
+    }
+}
 
 // f64: the kernels compute in f64, so the pullback agrees with central differences of the
 // primal (flash_attention) and with the reference to rounding. Blocks of 16 queries and 8 keys:

@@ -101,6 +101,11 @@ struct AttentionConfig {
   CompilerParams compiler_params = {};
   bool interpret = false;
   int64_t kv_heads = 0;
+  // Packed sequences: the calls take one more input after q, k, v (after the backward's
+  // others), segment ids seg [B, S] i32, and query i attends to key j only where
+  // seg[b, i] == seg[b, j] (and, causal, j <= i). Every query row must see one key at least
+  // (its own, when causal or not).
+  bool segment_ids = false;
 };
 Call flash_attention(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                      AttentionConfig cfg = {});
@@ -141,17 +146,19 @@ struct AttentionBwdConfig {
 // (o, do) -> delta [B, H, S] = rowsum(o * do) (f32; f64 for f64).
 Call flash_attention_bwd_preprocess(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                                     AttentionBwdConfig cfg = {});
-// (q, k, v, do, lse, delta) -> (dk, dv), k/v-shaped. attn gives causal, sm_scale and kv_heads
+// (q, k, v, do, lse, delta[, seg]) -> (dk, dv), k/v-shaped. attn gives causal, sm_scale, kv_heads
+// and segment_ids
 // (its blocks are the forward's and not used here). Grid (B, kv_heads, S / block_k); each
 // program loops over the query blocks of every query head of its group (causal: from the
 // diagonal on), summing the group's contributions.
 Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                               AttentionConfig attn = {}, AttentionBwdConfig cfg = {});
-// (q, k, v, do, lse, delta) -> dq. Grid (B, heads, S / block_q); each program loops over the
+// (q, k, v, do, lse, delta[, seg]) -> dq. Grid (B, heads, S / block_q); each program loops over the
 // key blocks (causal: up to the diagonal).
 Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                             AttentionConfig attn = {}, AttentionBwdConfig cfg = {});
-// flash_attention (q, k, v) -> o with its backward attached: the pullback gives {dq, dk, dv}
+// flash_attention (q, k, v[, seg]) -> o with its backward attached: the pullback gives {dq, dk, dv}
+// (and none for seg)
 // (flash_attention_bwd_preprocess, then the dK/dV and dQ kernels). q, k, v reach bwd as residual
 // inputs and o as a residual output (no copies), then lse; f(q, k, v) runs flash_attention.
 CustomVjp flash_attention_vjp(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
