@@ -29,14 +29,24 @@ DType acc_dtype(DType t) { return t == DType::F64 ? DType::F64 : DType::F32; }
 struct BwdShape {
   int64_t bq, bk, kv_heads, group;
   double scale;
+  CompilerParams params;
 };
 
+// Unset blocks and params: measured fastest on an H100 (docs/benchmarks.md, 2026-12-07, D128):
+// dK/dV 64 x 64 on 4 warps; dQ 128 x 128 on 8 warps, 64 x 64 causal (its diagonal blocks waste
+// more of a larger block); 8 warps past head dim 128 (two [64, D] f32 accumulators on one
+// warpgroup spill); 2 stages: the loop then leaves room for two CUDA blocks an SM, worth more
+// than a third stage (dK/dV 480 TFLOP/s at 2 stages, 304 at 3).
 BwdShape bwd_shape(const char* kname, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
-                   const AttentionConfig& attn, const AttentionBwdConfig& cfg) {
+                   const AttentionConfig& attn, const AttentionBwdConfig& cfg, bool dq) {
   check_attention(kname, batch, heads, seq, head_dim, dtype, attn.kv_heads);
   BwdShape s;
-  s.bq = block_size(kname, "block_q", cfg.block_q, 64, seq);
-  s.bk = block_size(kname, "block_k", cfg.block_k, 64, seq);
+  int64_t wide = dq && !attn.causal && head_dim <= 128 ? 128 : 64;
+  s.bq = block_size(kname, "block_q", cfg.block_q, wide, seq);
+  s.bk = block_size(kname, "block_k", cfg.block_k, wide, seq);
+  s.params = cfg.compiler_params;
+  if (!s.params.num_warps) s.params.num_warps = (dq ? s.bq : s.bk) >= 128 || head_dim > 128 ? 8 : 4;
+  if (!s.params.num_stages) s.params.num_stages = 2;
   s.kv_heads = attn.kv_heads ? attn.kv_heads : heads;
   s.group = heads / s.kv_heads;
   s.scale = softmax_scale(attn, head_dim);
@@ -70,7 +80,7 @@ Call flash_attention_bwd_preprocess(int64_t batch, int64_t heads, int64_t seq, i
 Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                               AttentionConfig attn, AttentionBwdConfig cfg) {
   const char* kname = "flash_attention_bwd_dkdv";
-  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg);
+  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg, false);
   const int64_t bq = sh.bq, bk = sh.bk, group = sh.group, nq = seq / bq;
   const double scale = sh.scale;
   const bool causal = attn.causal;
@@ -138,14 +148,14 @@ Call flash_attention_bwd_dkdv(int64_t batch, int64_t heads, int64_t seq, int64_t
                       .out_specs = {kv, kv},
                       .interpret = cfg.interpret,
                       .name = with_causal(kname, attn),
-                      .compiler_params = cfg.compiler_params,
+                      .compiler_params = sh.params,
                       .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
 }
 
 Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                             AttentionConfig attn, AttentionBwdConfig cfg) {
   const char* kname = "flash_attention_bwd_dq";
-  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg);
+  BwdShape sh = bwd_shape(kname, batch, heads, seq, head_dim, dtype, attn, cfg, true);
   const int64_t bq = sh.bq, bk = sh.bk, group = sh.group;
   const double scale = sh.scale;
   const bool causal = attn.causal;
@@ -194,7 +204,7 @@ Call flash_attention_bwd_dq(int64_t batch, int64_t heads, int64_t seq, int64_t h
                       .out_specs = {rows},
                       .interpret = cfg.interpret,
                       .name = with_causal(kname, attn),
-                      .compiler_params = cfg.compiler_params,
+                      .compiler_params = sh.params,
                       .cost_estimate = CostEstimate{flops, batch * heads * seq * seq, 0}});
 }
 

@@ -135,9 +135,12 @@ CustomVjp cross_entropy_vjp(int64_t rows, int64_t vocab, DType dtype, CrossEntro
 // logsumexp of each query row's scaled scores (f32; f64 for f64), the backward's residual.
 Call flash_attention_fwd(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                          AttentionConfig cfg = {});
-// Blocks of the backward kernels (0: 64, halved until it divides S; given blocks must divide S).
-// dK/dV kernel: block_k keys per program, block_q query rows per loop step; dQ kernel: block_q
-// query rows per program, block_k keys per loop step; the preprocess: block_q rows per program.
+// Blocks of the backward kernels (given blocks must divide S; 0: chosen, halved until it divides
+// S: 64 x 64 for dK/dV, 128 x 128 for dQ up to head dim 128 and not causal, else 64 x 64; the
+// preprocess 64). dK/dV kernel: block_k keys per program, block_q query rows per loop step; dQ
+// kernel: block_q query rows per program, block_k keys per loop step; the preprocess: block_q
+// rows per program. compiler_params 0s: 8 warps for 128-row programs or head dims past 128,
+// else 4; 2 stages.
 struct AttentionBwdConfig {
   int64_t block_q = 0, block_k = 0;
   CompilerParams compiler_params = {};

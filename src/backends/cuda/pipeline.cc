@@ -233,7 +233,7 @@ static bool same_image(const SwizzledTile& a, const SwizzledTile& b) {
 }
 
 LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry, const std::vector<const ir::Eqn*>& fragment_dots,
-                           const ir::Eqn* read_next_iteration) {
+                           const ir::Eqn* read_next_iteration, size_t below) {
   LoopPipeline p;
   if (!P.wgmma || P.stages < 2 || has_effects(body)) return p;
   BodyUses bu(body);
@@ -341,7 +341,10 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
     for (const PipelinedLoad::Reader& r : l.also) read = read || r.dot == read_next_iteration;
     if (read_next_iteration && read && !l.staged()) rotated = read_next_iteration;
   }
-  auto fits = [&](int buffers) { return static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024 <= P.budgets.loop_stages; };
+  auto fits = [&](int buffers) {
+    size_t bytes = static_cast<size_t>(buffers) * p.stage_bytes + p.tiles_bytes + 1024;
+    return bytes <= P.budgets.loop_stages && below + bytes <= P.smem_limit;
+  };
   // A rotated loop takes fewer stages before it gives up its rotation (its extra buffer):
   // the rotation overlaps the second dot with the next iteration's first, worth more to
   // flash attention's loop than a third stage (D128 with 128 keys a block, D256: 64 KB stages).
@@ -695,6 +698,13 @@ ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& bo
     }
   }
   return r;
+}
+
+size_t resident_bytes(const ResidentOperands& r) {
+  if (r.ops.empty()) return 0;
+  size_t end = 0;
+  for (const ResidentOperand& o : r.ops) end = (end + o.tile.bytes + 1023) & ~size_t{1023};
+  return end + 1024;  // as begin_resident_operands aligns them
 }
 
 void begin_resident_operands(Emitter& E, ResidentOperands& r) {

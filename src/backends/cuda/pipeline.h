@@ -117,8 +117,12 @@ int count_dots(const ir::Jaxpr& j);
 // one iteration later, so the loop takes one more buffer (none, and no rotation, if it does
 // not fit).
 // `fragment_dots`: the body's dots that accumulate into fragment carries (plan_fragment_carry).
+// `below`: shared memory the loop's buffers go above (the kernel's below the body, the loop's
+// resident operand tiles): with it, the buffers must also fit the target's limit, so a loop
+// that keeps large tiles resident takes fewer stages instead of a kernel that cannot launch.
 LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry, const std::vector<const ir::Eqn*>& fragment_dots,
-                           const ir::Eqn* read_next_iteration = nullptr);
+                           const ir::Eqn* read_next_iteration = nullptr, size_t below = 0);
+
 // The plan as the dump and the generated code's comment say it.
 std::string pipeline_text(const LoopPipeline& p);
 // Before the loop: reserves the buffers and issues the first stages - 1 iterations' copies.
@@ -147,6 +151,8 @@ struct ResidentOperands {
   bool saved_fenced = false;
 };
 ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry);
+// The shared memory a loop's resident operand tiles take (begin_resident_operands).
+size_t resident_bytes(const ResidentOperands& r);
 void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound
 void end_resident_operands(Emitter& E, const ResidentOperands& r);
 

@@ -39,7 +39,7 @@ void plan_loops(const core::PallasCall& call, KernelPlan& P) {
     // a body of two dots, the second accumulating P·V-like into a fragment carry, is rotated
     // (rotation.h): the pipeline keeps the second dot's stage an iteration longer for it
     L->rotation = plan_rotation(P, body, L->carries);
-    L->pipeline = plan_pipeline(P, body, nc, fragment_dots, L->rotation ? L->rotation->second : nullptr);
+    L->pipeline = plan_pipeline(P, body, nc, fragment_dots, L->rotation ? L->rotation->second : nullptr, P.smem.body + resident_bytes(L->resident));
     if (L->pipeline.stages) text << pipeline_text(L->pipeline);
     L->rotated = L->rotation && rotation_ready(*L->rotation, L->pipeline);
     if (L->rotated) {
