@@ -35,7 +35,8 @@ static double now_ms() {
 
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
-// library's backward kernels through pl::vjp). Unset: all.
+// library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages).
+// Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
   if (!only || !*only) return true;
@@ -525,9 +526,10 @@ int main() {
                   flops / ms / 1e9, ms_pre, ms_dkdv, ms_dq, err, first_ms);
     });
   }
-  // The dK/dV and dQ kernels of D128 alone over their blocks, warps and stages (B4 H16 S4096).
+  // The dK/dV and dQ kernels of D128 alone over their blocks, warps and stages (B4 H16 S4096;
+  // CUDA_BENCH_ONLY=bwdsweep).
   for (bool causal : {false, true}) {
-    if (!section("backward")) break;
+    if (!section("bwdsweep")) break;
     row([&] {
       int64_t B = 4, H = 16, S = 4096, D = 128;
       pl::kernels::AttentionConfig cfg;
@@ -666,7 +668,7 @@ int main() {
   // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each
   // program sums its rows' dw/db into its own row of partials).
   for (const char* which : {"layer_norm", "rms_norm"}) {
-    if (!section("backward")) break;
+    if (!section("bwdsweep")) break;
     row([&] {
       int64_t R = 16384, C = 4096;
       bool ln = std::string(which) == "layer_norm";
