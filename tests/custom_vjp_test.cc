@@ -213,13 +213,6 @@ TEST(CustomVjp, ErrorsNameBothCallsAndTheFix) {
   EXPECT_THROW_MSG(pl::vjp(user_pair(), {a.x, pl::Array(), a.n}), "vjp: primal 1 is an empty Array");
 }
 
-TEST(CustomVjp, VjpOfAPlainCallPointsToCustomVjp) {
-  auto call = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::sin(x[pl::all]); },
-                              pl::ShapeDtype({8}, pl::f64), {.name = "plain"});
-  EXPECT_THROW_MSG(pl::vjp(call, {N({8}, 1)}), "kernel 'plain'", "automatic reverse mode", "not built yet",
-                   "pl::custom_vjp(fwd, bwd, num_outputs", "pl::jvp");
-}
-
 // ---- the library's backward kernels ----
 namespace {
 

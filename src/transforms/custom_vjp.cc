@@ -206,15 +206,6 @@ VjpResult vjp(const CustomVjp& fn, const std::vector<Array>& primals) {
   return {std::move(outs), std::move(pullback)};
 }
 
-VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
-  (void)primals;
-  if (!f.state()) throw Error("pl::vjp: empty Call");
-  throw Error(f.state()->what +
-              ": pl::vjp: automatic reverse mode of a pallas_call (transposing its kernel) is not built yet; write the "
-              "backward as a second pallas_call and pair the two: pl::vjp(pl::custom_vjp(fwd, bwd, num_outputs, "
-              "{.residual_inputs = ...}), primals) (docs/transforms.md, \"custom_vjp\"). Forward mode is built: pl::jvp");
-}
-
 const std::vector<Array>& VjpFn::residuals() const {
   if (!s_) throw Error("pl::VjpFn: empty (get one from pl::vjp)");
   return s_->residuals;

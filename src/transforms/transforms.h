@@ -39,6 +39,12 @@ struct JvpCall {
 // input without one gets a tangent input for it too (the caller passes zeros).
 JvpCall jvp_pallas_call(const core::PallasCall& c, std::vector<bool> in_tangent);
 
+// ---- vjp ----
+// The transposed call of a straight-line kernel (vjp.cc): inputs, then one cotangent per
+// output, then zeros for each floating input's cotangent; outputs: those cotangents (aliased to
+// the zeros). Throws a pl::Error naming what it cannot transpose, pointing to custom_vjp.
+core::PallasCall vjp_pallas_call(const core::PallasCall& c);
+
 // ---- batching ----
 // Rewrites one equation of a kernel placed under `shift` new leading grid axes.
 using BatchRule = std::function<ir::Eqn(const ir::Eqn&, int shift)>;

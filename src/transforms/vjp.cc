@@ -1,0 +1,363 @@
+// Automatic reverse mode of a pallas_call (pl::vjp of a plain Call): the kernel is transposed
+// into a second pallas_call over the same grid. Its body replays the forward body (the primal
+// values the cotangents need are recomputed, never saved), then walks the equations backwards
+// with one vjp rule per primitive: a store of an output becomes a read of that output's
+// cotangent at the same indices, a load of an input becomes an accumulation (`+=`) into the
+// input's cotangent at the same indices, and every op in between sends its output's cotangent
+// to its operands (a dot to two dots with transposed operands, a broadcast to a sum, a reduction
+// to a broadcast, ...). The input cotangents are outputs aliased to zero arrays, so programs
+// that read one input block (a weight row every program loads) all add into it: on the GPU the
+// backend makes those adds atomic where programs on parallel axes share the block.
+//
+// This first step takes straight-line kernels: loads of inputs and stores of outputs (masked
+// or not, any indexers), and the elementwise, shape, reduction and dot primitives. A loop, a
+// branch, an output read back or accumulated, an atomic, scratch, scalar prefetch or a
+// primitive without a rule is refused with an error that names it and points to custom_vjp.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <numbers>
+
+#include "src/trace/api_util.h"
+#include "src/trace/trace.h"
+#include "src/transforms/transforms.h"
+
+namespace pallas::transforms {
+using ir::PrimId;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what, const std::string& why) {
+  throw Error(what + ": pl::vjp cannot transpose this kernel yet: " + why +
+              ". Write its backward as a second pallas_call and pair them with pl::custom_vjp (docs/transforms.md, "
+              "\"custom_vjp\")");
+}
+
+// The cotangent of a value of shape `shape` from one of `ct`'s shape that broadcast it: summed
+// over the broadcast dimensions (a scalar operand of a binary op, size-1 dimensions).
+Value unbroadcast(const Value& ct, const Shape& shape) {
+  if (ct.shape() == shape) return ct;
+  if (shape.empty()) return sum(ct);
+  std::vector<int> axes;
+  size_t lead = ct.shape().size() - shape.size();
+  for (size_t d = 0; d < ct.shape().size(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && ct.shape()[d] != 1)) axes.push_back(static_cast<int>(d));
+  Value r = axes.empty() ? ct : sum(ct, Axes(axes), true);
+  return r.shape() == shape ? r : r.reshape(shape);
+}
+
+Value fit(const Value& ct, const Value& x) { return unbroadcast(ct, x.shape()).astype(x.dtype()); }
+
+struct VjpEqn {
+  const ir::Eqn& e;
+  std::vector<Value> x;  // primal inputs (replayed)
+  std::vector<Value> y;  // primal outputs
+  Value ct;              // the cotangent of output 0
+};
+// One cotangent per input (undefined: none).
+using VjpRule = std::function<std::vector<Value>(const VjpEqn&)>;
+
+Value wins(const Value& a, const Value& b, bool is_max) {  // 1 where a wins, 1/2 at ties (as jvp)
+  Value w = is_max ? a > b : a < b;
+  return w.astype(a.dtype()) + 0.5 * (a == b).astype(a.dtype());
+}
+
+const std::map<PrimId, VjpRule>& vjp_rules() {
+  static const std::map<PrimId, VjpRule> r = [] {
+    std::map<PrimId, VjpRule> m;
+    auto unary = [&](PrimId id, std::function<Value(const Value& x, const Value& y, const Value& ct)> f) {
+      m[id] = [f](const VjpEqn& q) { return std::vector<Value>{f(q.x[0], q.y[0], q.ct)}; };
+    };
+    unary(PrimId::neg, [](auto&, auto&, auto& ct) { return -ct; });
+    unary(PrimId::exp, [](auto&, auto& y, auto& ct) { return ct * y; });
+    unary(PrimId::exp2, [](auto&, auto& y, auto& ct) { return ct * y * std::numbers::ln2; });
+    unary(PrimId::expm1, [](auto&, auto& y, auto& ct) { return ct * (y + 1.0); });
+    unary(PrimId::log, [](auto& x, auto&, auto& ct) { return ct / x; });
+    unary(PrimId::log1p, [](auto& x, auto&, auto& ct) { return ct / (x + 1.0); });
+    unary(PrimId::sqrt, [](auto&, auto& y, auto& ct) { return ct * 0.5 / y; });
+    unary(PrimId::rsqrt, [](auto& x, auto& y, auto& ct) { return ct * -0.5 * y / x; });
+    unary(PrimId::tanh, [](auto&, auto& y, auto& ct) { return ct * (1.0 - y * y); });
+    unary(PrimId::logistic, [](auto&, auto& y, auto& ct) { return ct * y * (1.0 - y); });
+    unary(PrimId::sin, [](auto& x, auto&, auto& ct) { return ct * cos(x); });
+    unary(PrimId::cos, [](auto& x, auto&, auto& ct) { return -ct * sin(x); });
+    unary(PrimId::abs, [](auto& x, auto&, auto& ct) { return ct * sign(x); });
+    unary(PrimId::reshape, [](auto& x, auto&, auto& ct) { return ct.reshape(x.shape()); });
+    unary(PrimId::squeeze, [](auto& x, auto&, auto& ct) { return ct.reshape(x.shape()); });
+    m[PrimId::add] = [](const VjpEqn& q) { return std::vector<Value>{fit(q.ct, q.x[0]), fit(q.ct, q.x[1])}; };
+    m[PrimId::sub] = [](const VjpEqn& q) { return std::vector<Value>{fit(q.ct, q.x[0]), fit(-q.ct, q.x[1])}; };
+    m[PrimId::mul] = [](const VjpEqn& q) { return std::vector<Value>{fit(q.ct * q.x[1], q.x[0]), fit(q.ct * q.x[0], q.x[1])}; };
+    m[PrimId::div] = [](const VjpEqn& q) {
+      return std::vector<Value>{fit(q.ct / q.x[1], q.x[0]), fit(-q.ct * q.x[0] / (q.x[1] * q.x[1]), q.x[1])};
+    };
+    for (bool is_max : {true, false})
+      m[is_max ? PrimId::max : PrimId::min] = [is_max](const VjpEqn& q) {
+        return std::vector<Value>{fit(q.ct * wins(q.x[0], q.x[1], is_max), q.x[0]), fit(q.ct * wins(q.x[1], q.x[0], is_max), q.x[1])};
+      };
+    m[PrimId::convert_element_type] = [](const VjpEqn& q) {
+      return std::vector<Value>{is_float(q.x[0].dtype()) ? q.ct.astype(q.x[0].dtype()) : Value()};
+    };
+    m[PrimId::stop_gradient] = [](const VjpEqn&) { return std::vector<Value>{Value()}; };
+    m[PrimId::select_n] = [](const VjpEqn& q) {  // select_n(pred, case 0, case 1, ...)
+      std::vector<Value> r{Value()};
+      for (size_t c = 1; c < q.x.size(); ++c) {
+        Value pick = q.x[0].dtype() == DType::Bool ? (c == 1 ? !q.x[0] : q.x[0]) : q.x[0] == static_cast<int32_t>(c - 1);
+        r.push_back(fit(where(pick, q.ct, zeros_like(q.ct)), q.x[c]));
+      }
+      return r;
+    };
+    m[PrimId::broadcast_in_dim] = [](const VjpEqn& q) {
+      const Shape& in = q.x[0].shape();
+      auto bd = q.e.params.get<std::vector<int64_t>>("broadcast_dimensions");
+      std::vector<int> axes;  // output dims the input does not have, or has with size 1
+      for (size_t d = 0; d < q.ct.shape().size(); ++d) {
+        auto it = std::find(bd.begin(), bd.end(), static_cast<int64_t>(d));
+        if (it == bd.end() || (in[static_cast<size_t>(it - bd.begin())] == 1 && q.ct.shape()[d] != 1)) axes.push_back(static_cast<int>(d));
+      }
+      Value s = axes.empty() ? q.ct : sum(q.ct, Axes(axes), true);
+      return std::vector<Value>{s.reshape(in).astype(q.x[0].dtype())};
+    };
+    m[PrimId::reduce_sum] = [](const VjpEqn& q) {
+      Shape kept = q.x[0].shape();
+      for (int64_t a : q.e.params.get<std::vector<int64_t>>("axes")) kept[static_cast<size_t>(a)] = 1;
+      return std::vector<Value>{api::broadcast(q.ct.reshape(kept), q.x[0].shape())};
+    };
+    for (PrimId id : {PrimId::reduce_max, PrimId::reduce_min})
+      m[id] = [](const VjpEqn& q) {  // to the extremes, split evenly between ties
+        std::vector<int> axes;
+        Shape kept = q.x[0].shape();
+        for (int64_t a : q.e.params.get<std::vector<int64_t>>("axes")) kept[static_cast<size_t>(a)] = 1, axes.push_back(static_cast<int>(a));
+        Value hit = (q.x[0] == api::broadcast(q.y[0].reshape(kept), q.x[0].shape())).astype(q.x[0].dtype());
+        Value count = api::broadcast(sum(hit, Axes(axes), true), q.x[0].shape());
+        return std::vector<Value>{hit / count * api::broadcast(q.ct.reshape(kept), q.x[0].shape())};
+      };
+    m[PrimId::transpose] = [](const VjpEqn& q) {
+      auto perm = q.e.params.get<std::vector<int64_t>>("permutation");
+      std::vector<int> inv(perm.size());
+      for (size_t k = 0; k < perm.size(); ++k) inv[static_cast<size_t>(perm[k])] = static_cast<int>(k);
+      return std::vector<Value>{transpose(q.ct, inv)};
+    };
+    m[PrimId::dot] = [](const VjpEqn& q) {
+      const Value &a = q.x[0], &b = q.x[1];
+      bool ta = q.e.params.get_bool("trans_a"), tb = q.e.params.get_bool("trans_b");
+      std::vector<Value> r(2);
+      if (is_float(a.dtype())) {  // d op(A) = ct op(B)^T
+        Value c = q.ct.astype(b.dtype());
+        r[0] = (ta ? dot(b, c, {.trans_a = tb, .trans_b = true}) : dot(c, b, {.trans_b = !tb})).astype(a.dtype());
+      }
+      if (is_float(b.dtype())) {  // d op(B) = op(A)^T ct
+        Value c = q.ct.astype(a.dtype());
+        r[1] = (tb ? dot(c, a, {.trans_a = true, .trans_b = ta}) : dot(a, c, {.trans_a = !ta})).astype(b.dtype());
+      }
+      return r;
+    };
+    return m;
+  }();
+  return r;
+}
+
+struct Store {
+  const ir::Eqn* e;
+  int output;
+};
+
+}  // namespace
+
+core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
+  const std::string& what = c.what;
+  if (c.grid.num_dynamic_bounds() > 0) refuse(what, "its grid has dynamic bounds");
+  if (!c.grid.prefetch.empty()) refuse(what, "it takes scalar prefetch operands");
+  if (!c.aliases.empty()) refuse(what, "it has input_output_aliases");
+  if (!c.grid.scratch.empty()) refuse(what, "it has scratch operands");
+  const size_t nin = c.grid.inputs.size(), nout = c.grid.outputs.size();
+  for (size_t o = 0; o < nout; ++o)
+    for (bool r : revisit_axes(c.grid, c.grid.outputs[o]))
+      if (r) refuse(what, c.grid.outputs[o].what + " is written by several programs (its block is revisited along a grid axis, an accumulation)");
+  std::vector<size_t> diff;  // floating inputs: each gets a cotangent
+  for (size_t k = 0; k < nin; ++k)
+    if (is_float(c.grid.inputs[k].array.dtype)) diff.push_back(k);
+  const ir::Jaxpr& kj = *c.kernel;
+  const auto& kin = kj.invars;
+  std::unordered_map<int64_t, int> ref_of;  // kernel ref var -> index (inputs, then outputs)
+  for (size_t k = 0; k < nin + nout; ++k) ref_of[kin[k].id] = static_cast<int>(k);
+
+  trace::KernelContext ctx{what, c.grid.grid, true};
+  ir::Jaxpr body;
+  {
+    trace::Frame f(&ctx, false);
+    std::vector<Value> x_refs, dy_refs, dx_refs;
+    for (size_t k = 0; k < nin; ++k) x_refs.push_back(trace::make_value(f.add_invar(kin[k].aval)));
+    for (size_t k = 0; k < nout; ++k) dy_refs.push_back(trace::make_value(f.add_invar(kin[nin + k].aval)));
+    for (size_t k : diff) (void)k, f.add_invar(kin[k].aval);  // the zeros the cotangents start from (aliased)
+    std::vector<Value> dx_of(nin);
+    for (size_t k : diff) dx_of[k] = trace::make_value(f.add_invar(kin[k].aval));
+
+    // forward: replay every equation but the stores (recorded)
+    std::unordered_map<int64_t, Value> p;
+    for (size_t k = 0; k < nin; ++k) p[kin[k].id] = x_refs[k];
+    for (size_t k = 0; k < nout; ++k) p[kin[nin + k].id] = dy_refs[k];
+    auto get = [&](const ir::Atom& a) {
+      if (auto* v = std::get_if<ir::Var>(&a)) {
+        auto it = p.find(v->id);
+        if (it == p.end()) throw Error(what + ": internal: vjp met an undefined variable");
+        return it->second;
+      }
+      return trace::make_value(a);
+    };
+    auto ref_index = [&](const ir::Eqn& e) {
+      auto* v = std::get_if<ir::Var>(&e.in[0]);
+      auto it = v ? ref_of.find(v->id) : ref_of.end();
+      if (it == ref_of.end()) throw Error(what + ": internal: vjp met a ref that is not one of the kernel's");
+      return it->second;
+    };
+    std::vector<Store> stores;
+    std::vector<const ir::Eqn*> order;  // the equations replayed, in order
+    for (const ir::Eqn& e : kj.eqns) {
+      PrimId id = e.prim->id;
+      if (!ir::sub_jaxprs(e).empty()) refuse(what, "its kernel has a " + e.prim->name + " (loops and branches are not transposed yet)");
+      if (id == PrimId::store) {
+        int r = ref_index(e);
+        if (r < static_cast<int>(nin)) refuse(what, "its kernel writes input " + std::to_string(r));
+        stores.push_back({&e, r - static_cast<int>(nin)});
+        continue;
+      }
+      if (id == PrimId::swap || id == PrimId::addupdate || id == PrimId::atomic_rmw || id == PrimId::atomic_cas)
+        refuse(what, "its kernel uses " + e.prim->name + " (an accumulation or read-modify-write of a ref)");
+      if (id == PrimId::load && ref_index(e) >= static_cast<int>(nin))
+        refuse(what, "its kernel reads output " + std::to_string(ref_index(e) - static_cast<int>(nin)) + " back");
+      std::vector<Value> x;
+      for (const ir::Atom& a : e.in) x.push_back(get(a));
+      std::vector<Value> y = trace::bind(id, x, e.params);
+      for (size_t k = 0; k < e.out.size(); ++k) p[e.out[k].id] = y.at(k);
+      order.push_back(&e);
+    }
+
+    // backward: stores read the output cotangents, then every equation in reverse
+    std::unordered_map<int64_t, Value> ct;
+    auto add_ct = [&](const ir::Atom& a, const Value& c) {
+      auto* v = std::get_if<ir::Var>(&a);
+      if (!v || !c.defined() || !is_float(v->aval.dtype) || v->aval.is_ref) return;
+      Value& slot = ct[v->id];
+      Value fitted = fit(c, p.at(v->id));
+      slot = slot.defined() ? slot + fitted : fitted;
+    };
+    for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
+      const ir::Eqn& s = *it->e;  // [ref, value, dyn..., mask?]
+      if (!is_float(ir::atom_aval(s.in[1]).dtype)) continue;
+      bool masked = s.params.get_bool("has_mask");
+      std::vector<Value> in{dy_refs[static_cast<size_t>(it->output)]};
+      for (size_t k = 2; k < s.in.size() - (masked ? 1 : 0); ++k) in.push_back(get(s.in[k]));
+      ir::Params lp{{"idx", s.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{1}}};
+      lp.set_flag("has_mask", masked);
+      lp.set_flag("has_other", masked);
+      Value stored = get(s.in[1]);
+      if (masked) in.push_back(get(s.in.back())), in.push_back(zeros_like(stored));
+      add_ct(s.in[1], trace::bind1(PrimId::load, in, lp));
+    }
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const ir::Eqn& e = **it;
+      PrimId id = e.prim->id;
+      if (e.out.empty()) continue;
+      auto c = ct.find(e.out[0].id);
+      if (c == ct.end()) continue;  // no cotangent reaches it (integer, or unused)
+      if (id == PrimId::load) {  // [ref, dyn..., mask?, other?] -> dx[idx] += ct
+        int r = ref_index(e);
+        bool masked = e.params.get_bool("has_mask"), other = e.params.get_bool("has_other");
+        size_t end = e.in.size() - (masked ? 1 : 0) - (other ? 1 : 0);
+        if (other) add_ct(e.in.back(), where(get(e.in[end]), zeros_like(c->second), c->second));
+        if (!dx_of[static_cast<size_t>(r)].defined()) continue;
+        std::vector<Value> in{dx_of[static_cast<size_t>(r)], c->second.astype(dx_of[static_cast<size_t>(r)].dtype())};
+        for (size_t k = 1; k < end; ++k) in.push_back(get(e.in[k]));
+        ir::Params ap{{"idx", e.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
+        ap.set_flag("has_mask", masked);
+        if (masked) in.push_back(get(e.in[end]));
+        trace::bind(PrimId::addupdate, in, ap);
+        continue;
+      }
+      auto rule = vjp_rules().find(id);
+      if (rule == vjp_rules().end()) refuse(what, "the primitive '" + e.prim->name + "' has no transpose rule");
+      if (e.out.size() != 1) refuse(what, "the primitive '" + e.prim->name + "' has several results");
+      VjpEqn q{e, {}, {p.at(e.out[0].id)}, c->second};
+      for (const ir::Atom& a : e.in) q.x.push_back(get(a));
+      std::vector<Value> g = rule->second(q);
+      for (size_t k = 0; k < g.size() && k < e.in.size(); ++k) add_ct(e.in[k], g[k]);
+    }
+    body = f.finish({}, nullptr);
+  }
+
+  core::PallasCall n = c;
+  n.what = "vjp of " + c.what;
+  n.kernel = std::make_shared<const ir::Jaxpr>(std::move(body));
+  ir::verify(*n.kernel, n.what);
+  n.grid.inputs = c.grid.inputs;
+  for (size_t o = 0; o < nout; ++o) {
+    n.grid.inputs.push_back(c.grid.outputs[o]);
+    n.grid.inputs.back().what = "cotangent of " + c.grid.outputs[o].what;
+  }
+  n.grid.outputs.clear();
+  for (size_t k : diff) {
+    n.grid.inputs.push_back(c.grid.inputs[k]);
+    n.grid.inputs.back().what = "zeros for the cotangent of " + c.grid.inputs[k].what;
+  }
+  for (size_t j = 0; j < diff.size(); ++j) {
+    n.grid.outputs.push_back(c.grid.inputs[diff[j]]);
+    n.grid.outputs.back().what = "cotangent of " + c.grid.inputs[diff[j]].what;
+    n.aliases[static_cast<int>(nin + nout + j)] = static_cast<int>(j);
+  }
+  n.cost_estimate.reset();
+  return n;
+}
+
+}  // namespace pallas::transforms
+
+// ---- public API ----
+namespace pallas {
+using namespace transforms;
+
+VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
+  if (!f.state()) throw Error("pl::vjp: empty Call");
+  const std::string& what = f.state()->what;
+  if (num_dynamic_args(f) > 0) refuse(what, "its grid has dynamic bounds");
+  std::vector<ShapeDtype> shapes;
+  for (size_t k = 0; k < primals.size(); ++k) {
+    if (!primals[k].defined()) throw Error(what + ": vjp: primal " + std::to_string(k) + " is an empty Array");
+    shapes.push_back(primals[k].shape_dtype());
+  }
+  const core::PallasCall& pc = pallas_call_of(f, shapes);
+  // The transposed call, made once per call and input shapes (so repeated vjps reuse the
+  // backend's compiled kernel).
+  std::shared_ptr<const core::PallasCall> tc;
+  {
+    static std::mutex mu;
+    static std::map<std::pair<const detail::CallState*, std::string>,
+                    std::pair<std::weak_ptr<detail::CallState>, std::shared_ptr<const core::PallasCall>>>
+        cache;
+    std::string key_shapes;
+    for (const ShapeDtype& s : shapes) key_shapes += s.str() + ";";
+    std::lock_guard<std::mutex> g(mu);
+    auto key = std::make_pair(f.state().get(), key_shapes);
+    auto it = cache.find(key);
+    if (it != cache.end() && it->second.first.lock() == f.state()) {
+      tc = it->second.second;
+    } else {
+      for (auto i = cache.begin(); i != cache.end();) i = i->second.first.expired() ? cache.erase(i) : std::next(i);
+      tc = std::make_shared<const core::PallasCall>(vjp_pallas_call(pc));
+      cache[key] = {f.state(), tc};
+    }
+  }
+  // As a custom_vjp pair: f is the forward (nothing saved but its inputs), the transposed call
+  // the backward, given the inputs, the output cotangents and zeros for the input cotangents.
+  std::vector<int> all(primals.size());
+  for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<int>(k);
+  BwdFn bwd = [tc, shapes](const std::vector<Array>& a) {
+    std::vector<Array> args = a;
+    for (const ShapeDtype& s : shapes)
+      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, s.dtype));
+    core::check_arguments(*tc, args);
+    return core::execute(*tc, args);
+  };
+  CustomVjp pair = custom_vjp(f, bwd, f.num_outputs(), {.residual_inputs = all}, "the transposed kernel");
+  return vjp(pair, primals);
+}
+
+}  // namespace pallas

@@ -1,0 +1,197 @@
+// Automatic reverse mode of a plain pallas_call (pl::vjp, src/transforms/vjp.cc): the kernel is
+// transposed into a second pallas_call. Gradients against central finite differences in f64
+// and against plain references: elementwise kernels, inputs every program reads (their
+// cotangents accumulate across programs), dots, reductions, broadcasts, masked edges, the
+// library's softmax and layer norm forwards against their hand-written backward kernels; and
+// the kernels it refuses, each naming what and pointing to custom_vjp.
+#include <cmath>
+
+#include <pallas/kernels.h>
+
+#include "tests/test_util.h"
+#include "tests/transforms_util.h"
+
+namespace pl = pallas;
+using tu::rel_err;
+using tu::vec;
+
+namespace {
+
+pl::Array N(pl::Shape s, uint64_t seed, pl::DType t = pl::f64) { return pl::random::normal(s, t, seed); }
+
+// <grad_k, v> against central differences of f along a random v, for every floating input.
+void expect_matches_fd(const pl::Call& f, const std::vector<pl::Array>& x, const std::vector<pl::Array>& ct, double tol = 1e-7) {
+  auto [outs, pullback] = pl::vjp(f, x);
+  std::vector<pl::Array> g = pullback(ct);
+  ASSERT_EQ(g.size(), x.size());
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (!pl::is_float(x[k].dtype())) {
+      EXPECT_FALSE(g[k].defined());
+      continue;
+    }
+    SCOPED_TRACE("input " + std::to_string(k));
+    ASSERT_EQ(g[k].shape_dtype(), x[k].shape_dtype());
+    pl::Array v = pl::random::normal(x[k].shape(), pl::f64, 500 + k);
+    std::vector<pl::Array> xp = x, xm = x;
+    double eps = 1e-6;
+    xp[k] = tu::axpy(x[k], eps, v);
+    xm[k] = tu::axpy(x[k], -eps, v);
+    auto op = f(xp), om = f(xm);
+    double want = 0;
+    for (size_t o = 0; o < op.size(); ++o) {
+      auto a = vec(op[o]), b = vec(om[o]);
+      for (size_t i = 0; i < a.size(); ++i) want += vec(ct[o])[i] * (a[i] - b[i]) / (2 * eps);
+    }
+    double got = tu::vdot(vec(g[k]), vec(v));
+    EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want)));
+  }
+}
+
+pl::BlockSpec rows(int64_t br, int64_t c) { return pl::BlockSpec({br, c}, [](pl::Value i) { return pl::idx(i, 0); }); }
+pl::BlockSpec whole(pl::Shape s) {
+  return pl::BlockSpec(s, [n = s.size()](pl::Value) {
+    pl::BlockIndex b;
+    for (size_t d = 0; d < n; ++d) b.indices.push_back(pl::Value(0));
+    return b;
+  });
+}
+
+}  // namespace
+
+// Elementwise ops with scalars, a select, max and a division, two outputs.
+TEST(Vjp, ElementwiseKernelMatchesFiniteDifferences) {
+  auto f = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref a, pl::Ref b) {
+        pl::Value u = x[pl::all], v = y[pl::all];
+        a[pl::all] = pl::exp(pl::sin(u) * 0.5) / (1.0 + v * v) + pl::maximum(u, v);
+        b[pl::all] = pl::where(u > 0.0, pl::tanh(u * v), pl::log(1.0 + v * v)) - 3.0 * u;
+      },
+      std::vector<pl::ShapeDtype>{{{16, 8}, pl::f64}, {{16, 8}, pl::f64}},
+      {.grid = {4}, .in_specs = {rows(4, 8), rows(4, 8)}, .out_specs = {rows(4, 8), rows(4, 8)}, .name = "elementwise"});
+  expect_matches_fd(f, {N({16, 8}, 1), N({16, 8}, 2)}, {N({16, 8}, 3), N({16, 8}, 4)});
+}
+
+// y = x * w + b over row blocks: w and b are read by every program, so their cotangents sum the
+// programs' contributions (dw = sum over rows of dy * x, db = sum of dy); an integer input gets none.
+TEST(Vjp, InputsEveryProgramReadsAccumulate) {
+  auto f = pl::pallas_call(
+      [](pl::Ref x, pl::Ref w, pl::Ref b, pl::Ref n, pl::Ref y) {
+        y[pl::all] = x[pl::all] * w[pl::all] + b[pl::all] * n[pl::all].astype(pl::f64);
+      },
+      pl::ShapeDtype({12, 8}, pl::f64),
+      {.grid = {3}, .in_specs = {rows(4, 8), whole({1, 8}), whole({1, 8}), rows(4, 8)}, .out_specs = {rows(4, 8)}, .name = "affine"});
+  pl::Array x = N({12, 8}, 11), w = N({1, 8}, 12), b = N({1, 8}, 13), n = pl::random::randint({12, 8}, pl::i32, 14, -2, 3),
+            dy = N({12, 8}, 15);
+  expect_matches_fd(f, {x, w, b, n}, {dy});
+  auto [outs, pullback] = pl::vjp(f, {x, w, b, n});
+  auto g = pullback(dy);
+  auto xv = vec(x), wv = vec(w), nv = vec(n), dyv = vec(dy);
+  std::vector<double> dx(xv.size()), dw(8, 0.0), db(8, 0.0);
+  for (int64_t i = 0; i < 12; ++i)
+    for (int64_t j = 0; j < 8; ++j) {
+      dx[i * 8 + j] = dyv[i * 8 + j] * wv[j];
+      dw[j] += dyv[i * 8 + j] * xv[i * 8 + j];
+      db[j] += dyv[i * 8 + j] * nv[i * 8 + j];
+    }
+  EXPECT_LT(rel_err(vec(g[0]), dx), 1e-14);
+  EXPECT_LT(rel_err(vec(g[1]), dw), 1e-14);
+  EXPECT_LT(rel_err(vec(g[2]), db), 1e-14);
+  EXPECT_FALSE(g[3].defined());
+}
+
+// A dot of a row block with a shared weight, a transposed dot, a row reduction broadcast back
+// (softmax-like), reshapes.
+TEST(Vjp, DotsReductionsAndBroadcasts) {
+  auto f = pl::pallas_call(
+      [](pl::Ref a, pl::Ref w, pl::Ref v, pl::Ref o) {
+        pl::Value s = pl::dot(a[pl::all], w[pl::all]);                 // [4, 8]
+        pl::Value m = pl::max(s, 1, true);
+        pl::Value p = pl::exp(s - m);
+        p = p / pl::sum(p, 1, true);
+        pl::Value t = pl::dot(p, v[pl::all], {.trans_b = true});      // [4, 6]
+        o[pl::all] = pl::reshape(pl::transpose(t, {1, 0}), {6, 4}) + pl::sum(a[pl::all], 1).reshape({1, 4});
+      },
+      pl::ShapeDtype({6, 16}, pl::f64),
+      {.grid = {4},
+       .in_specs = {rows(4, 5), whole({5, 8}), whole({6, 8})},
+       .out_specs = {pl::BlockSpec({6, 4}, [](pl::Value i) { return pl::idx(0, i); })},
+       .name = "dots"});
+  expect_matches_fd(f, {N({16, 5}, 21), N({5, 8}, 22), N({6, 8}, 23)}, {N({6, 16}, 24)});
+}
+
+// Masked loads and stores at a ragged edge (blocks of 8 over 20 elements): the masked-off lanes
+// take `other` (its cotangent flows to it) and write nothing.
+TEST(Vjp, MaskedEdges) {
+  auto f = pl::pallas_call(
+      [](pl::Ref x, pl::Ref c, pl::Ref o) {
+        pl::Value i = pl::program_id(0) * 8 + pl::iota(pl::i32, {8}, 0);
+        pl::Value m = i < 20;
+        pl::Value v = pl::load(x, {pl::ds(pl::program_id(0) * 8, 8)}, {.mask = m, .other = c[pl::all] * 2.0});
+        pl::store(o, {pl::ds(0, 8)}, v * v, {.mask = m});  // the last block overhangs the output
+      },
+      pl::ShapeDtype({20}, pl::f64),
+      {.grid = {3},
+       .in_specs = {whole({20}), whole({8})},
+       .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
+       .name = "masked"});
+  expect_matches_fd(f, {N({20}, 31), N({8}, 32)}, {N({20}, 33)});
+}
+
+// The library's softmax and layer norm forwards, differentiated automatically, against their
+// hand-written backward kernels (kernels/rows_vjp.cc).
+TEST(Vjp, LibraryForwardsAgreeWithTheirBackwardKernels) {
+  const int64_t R = 12, C = 32;
+  pl::Array x = N({R, C}, 41), w = N({C}, 42), b = N({C}, 43), dy = N({R, C}, 44);
+  {
+    auto [o1, auto_pb] = pl::vjp(pl::kernels::softmax(R, C, pl::f64, {.block_rows = 4}), {x});
+    auto [o2, hand_pb] = pl::vjp(pl::kernels::softmax_vjp(R, C, pl::f64, {.block_rows = 4}), {x});
+    EXPECT_LT(rel_err(vec(auto_pb(dy)[0]), vec(hand_pb(dy)[0])), 1e-13);
+  }
+  {
+    auto [o1, auto_pb] = pl::vjp(pl::kernels::layer_norm(R, C, pl::f64, 1e-5, {.block_rows = 3}), {x, w, b});
+    auto [o2, hand_pb] = pl::vjp(pl::kernels::layer_norm_vjp(R, C, pl::f64, 1e-5), {x, w, b});
+    auto ga = auto_pb(dy), gh = hand_pb(dy);
+    for (int k = 0; k < 3; ++k) EXPECT_LT(rel_err(vec(ga[k]), vec(gh[k])), 1e-12) << "input " << k;
+  }
+}
+
+// f32 inputs: cotangents in f32, against the f64 result of the same kernel.
+TEST(Vjp, LowPrecisionAgainstF64) {
+  auto f = [](pl::DType t) {
+    return pl::pallas_call([](pl::Ref x, pl::Ref w, pl::Ref o) { o[pl::all] = pl::tanh(x[pl::all] * w[pl::all]); },
+                           pl::ShapeDtype({8, 16}, t), {.grid = {2}, .in_specs = {rows(4, 16), whole({1, 16})}, .out_specs = {rows(4, 16)}});
+  };
+  pl::Array x = N({8, 16}, 51), w = N({1, 16}, 52), dy = N({8, 16}, 53);
+  auto [o64, pb64] = pl::vjp(f(pl::f64), {x, w});
+  auto [o32, pb32] = pl::vjp(f(pl::f32), {x.astype(pl::f32), w.astype(pl::f32)});
+  auto g64 = pb64(dy), g32 = pb32(dy.astype(pl::f32));
+  EXPECT_EQ(g32[0].dtype(), pl::f32);
+  EXPECT_LT(rel_err(vec(g32[0]), vec(g64[0])), 1e-5);
+  EXPECT_LT(rel_err(vec(g32[1]), vec(g64[1])), 1e-5);
+}
+
+// What it does not transpose yet: each refusal names the construct and points to custom_vjp.
+TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
+  pl::Array x = N({8}, 61);
+  auto loop = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::fori_loop(0, 3, pl::Value(x[pl::all]), [](pl::Value, pl::Value c) { return c * 2.0; }); },
+      pl::ShapeDtype({8}, pl::f64), {.name = "looped"});
+  EXPECT_THROW_MSG(pl::vjp(loop, {x}), "kernel 'looped'", "pl::vjp cannot transpose this kernel yet", "fori_loop", "pl::custom_vjp");
+  auto read_back = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = x[pl::all];
+        o[pl::all] = o[pl::all] * 2.0;
+      },
+      pl::ShapeDtype({8}, pl::f64), {.name = "read_back"});
+  EXPECT_THROW_MSG(pl::vjp(read_back, {x}), "kernel 'read_back'", "reads output 0 back", "pl::custom_vjp");
+  auto accumulate = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) { o[pl::all] += x[pl::all]; }, pl::ShapeDtype({8}, pl::f64), {.name = "accumulate"});
+  EXPECT_THROW_MSG(pl::vjp(accumulate, {x}), "kernel 'accumulate'", "addupdate", "pl::custom_vjp");
+  auto revisit = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f64),
+      {.grid = {2}, .in_specs = {whole({8})}, .out_specs = {whole({8})}, .name = "revisit"});
+  EXPECT_THROW_MSG(pl::vjp(revisit, {x}), "kernel 'revisit'", "output 0 is written by several programs", "pl::custom_vjp");
+  auto cumsum = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::cumsum(x[pl::all], 0); }, pl::ShapeDtype({8}, pl::f64),
+                                {.name = "scan"});
+  EXPECT_THROW_MSG(pl::vjp(cumsum, {x}), "kernel 'scan'", "the primitive 'cumsum' has no transpose rule", "pl::custom_vjp");
+}
