@@ -2,7 +2,8 @@
 // transposed into a second pallas_call. Gradients against central finite differences in f64
 // and against plain references: elementwise kernels, inputs every program reads (their
 // cotangents accumulate across programs), dots, reductions, broadcasts, masked edges, the
-// library's softmax and layer norm forwards against their hand-written backward kernels; and
+// library's softmax, layer norm and matmul forwards against their hand-written backward
+// kernels, K loops of dots; and
 // the kernels it refuses, each naming what and pointing to custom_vjp.
 #include <cmath>
 
@@ -170,13 +171,89 @@ TEST(Vjp, LowPrecisionAgainstF64) {
   EXPECT_LT(rel_err(vec(g32[1]), vec(g64[1])), 1e-5);
 }
 
+// A K loop of dots (a matmul as a user writes it): its carry accumulates, so the transpose is a
+// second loop over K that sends the carry's cotangent through each step's dot; the A and B
+// blocks every program of a row (column) reads sum their programs' contributions. A value
+// loaded before the loop and used in every step (q) gets its cotangent summed over the steps.
+TEST(Vjp, AccumulatingLoops) {
+  const int64_t M = 16, Nc = 12, K = 24, bm = 8, bn = 4, bk = 8;
+  auto matmul = pl::pallas_call(
+      [=](pl::Ref a, pl::Ref b, pl::Ref o) {
+        o[pl::all] = pl::fori_loop(0, int(K / bk), pl::Value(pl::zeros({bm, bn}, pl::f64)), [&](pl::Value s, pl::Value acc) {
+          return acc + pl::dot(a(pl::all, pl::ds(s * bk, bk)), b(pl::ds(s * bk, bk), pl::all));
+        });
+      },
+      pl::ShapeDtype({M, Nc}, pl::f64),
+      {.grid = {M / bm, Nc / bn},
+       .in_specs = {pl::BlockSpec({bm, K}, [](pl::Value i, pl::Value) { return pl::idx(i, 0); }),
+                    pl::BlockSpec({K, bn}, [](pl::Value, pl::Value j) { return pl::idx(0, j); })},
+       .out_specs = {pl::BlockSpec({bm, bn}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+       .name = "k_loop"});
+  pl::Array a = N({M, K}, 71), b = N({K, Nc}, 72), dc = N({M, Nc}, 73);
+  expect_matches_fd(matmul, {a, b}, {dc});
+  auto [outs, pullback] = pl::vjp(matmul, {a, b});
+  auto g = pullback(dc);
+  auto av = vec(a), bv = vec(b), cv = vec(dc);
+  std::vector<double> da(static_cast<size_t>(M * K)), db(static_cast<size_t>(K * Nc));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < Nc; ++j)
+      for (int64_t p = 0; p < K; ++p) da[i * K + p] += cv[i * Nc + j] * bv[p * Nc + j], db[p * Nc + j] += av[i * K + p] * cv[i * Nc + j];
+  EXPECT_LT(rel_err(vec(g[0]), da), 1e-13);
+  EXPECT_LT(rel_err(vec(g[1]), db), 1e-13);
+
+  // attention-like scores summed over key blocks, q loaded once before the loop
+  auto scores = pl::pallas_call(
+      [](pl::Ref q, pl::Ref k, pl::Ref o) {
+        pl::Value qb = q[pl::all];
+        o[pl::all] = pl::fori_loop(0, 3, pl::Value(pl::zeros({4}, pl::f64)), [&](pl::Value j, pl::Value acc) {
+          return acc + pl::sum(pl::exp(pl::dot(qb, k(pl::ds(j * 4, 4), pl::all), {.trans_b = true}) * 0.25), 1);
+        });
+      },
+      pl::ShapeDtype({8}, pl::f64),
+      {.grid = {2},
+       .in_specs = {rows(4, 6), whole({12, 6})},
+       .out_specs = {pl::BlockSpec({4}, [](pl::Value i) { return pl::idx(i); })},
+       .name = "scores"});
+  expect_matches_fd(scores, {N({8, 6}, 74), N({12, 6}, 75)}, {N({8}, 76)});
+}
+
+// The library's matmul (bf16 operands, f32 accumulation and output) differentiated
+// automatically against matmul_vjp's two backward matmuls, on small integers (exact).
+TEST(Vjp, LibraryMatmulAgreesWithItsBackwardMatmuls) {
+  auto ints = [](pl::Shape s, uint64_t seed, pl::DType t) { return pl::random::randint(s, pl::i32, seed, -3, 4).astype(t); };
+  pl::kernels::MatmulConfig cfg{.block_m = 32, .block_n = 16, .block_k = 16, .compiler_params = {.num_warps = 4}};
+  pl::Array a = ints({64, 32}, 81, pl::bf16), b = ints({32, 48}, 82, pl::bf16), dc = ints({64, 48}, 83, pl::f32);
+  auto [o1, auto_pb] = pl::vjp(pl::kernels::matmul(64, 48, 32, pl::bf16, pl::f32, cfg), {a, b});
+  auto [o2, hand_pb] = pl::vjp(pl::kernels::matmul_vjp(64, 48, 32, pl::bf16, pl::f32, cfg), {a, b});
+  auto ga = auto_pb(dc), gh = hand_pb(dc);
+  EXPECT_EQ(vec(ga[0]), vec(gh[0]));
+  EXPECT_EQ(vec(ga[1]), vec(gh[1]));
+}
+
 // What it does not transpose yet: each refusal names the construct and points to custom_vjp.
 TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
   pl::Array x = N({8}, 61);
   auto loop = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::fori_loop(0, 3, pl::Value(x[pl::all]), [](pl::Value, pl::Value c) { return c * 2.0; }); },
       pl::ShapeDtype({8}, pl::f64), {.name = "looped"});
-  EXPECT_THROW_MSG(pl::vjp(loop, {x}), "kernel 'looped'", "pl::vjp cannot transpose this kernel yet", "fori_loop", "pl::custom_vjp");
+  EXPECT_THROW_MSG(pl::vjp(loop, {x}), "kernel 'looped'", "pl::vjp cannot transpose this kernel yet",
+                   "carry 0 of its fori_loop is not an accumulator", "pl::custom_vjp");
+  // an online maximum: the carry feeds the next step's term
+  auto online = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = pl::fori_loop(0, 2, pl::Value(pl::zeros({4}, pl::f64)), [&](pl::Value j, pl::Value c) {
+          return c + pl::maximum(c, x(pl::ds(j * 4, 4)));
+        });
+      },
+      pl::ShapeDtype({4}, pl::f64), {.name = "online"});
+  EXPECT_THROW_MSG(pl::vjp(online, {x}), "kernel 'online'", "carry 0 of its fori_loop", "pl::custom_vjp");
+  auto branch = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = x[pl::all];
+        pl::when(pl::sum(x[pl::all]) > 0.0, [&] { o[pl::all] = x[pl::all] * 2.0; });
+      },
+      pl::ShapeDtype({8}, pl::f64), {.name = "branch"});
+  EXPECT_THROW_MSG(pl::vjp(branch, {x}), "kernel 'branch'", "cond", "pl::custom_vjp");
   auto read_back = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
         o[pl::all] = x[pl::all];

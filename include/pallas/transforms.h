@@ -133,11 +133,11 @@ VjpResult vjp(const CustomVjp& f, const std::vector<Array>& primals);
 // Reverse mode of a plain pallas_call, automatic: the kernel is transposed into a second
 // pallas_call over the same grid (its primal values recomputed there, nothing saved but the
 // inputs), which the pullback runs. Every floating input gets a cotangent; an input block
-// several programs read gets the sum of their contributions. Straight-line kernels for now:
-// loads of inputs, stores of outputs (masked or not), elementwise, shape, reduction and dot
-// primitives; a loop, a branch, an output read back or accumulated, an atomic, scratch, scalar
-// prefetch or a primitive without a rule is refused with a pl::Error that names it and points
-// to custom_vjp (docs/transforms.md, "vjp").
+// several programs read gets the sum of their contributions. For now: loads of inputs, stores
+// of outputs (masked or not), elementwise, shape, reduction and dot primitives, and fori_loops
+// whose carries accumulate (a K loop of dots); a loop that carries state, a branch, an output
+// read back or accumulated, an atomic, scratch, scalar prefetch or a primitive without a rule
+// is refused with a pl::Error that names it and points to custom_vjp (docs/transforms.md, "vjp").
 VjpResult vjp(const Call& f, const std::vector<Array>& primals);
 
 // ---- vmap (batching) ----

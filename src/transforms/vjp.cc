@@ -9,15 +9,18 @@
 // that read one input block (a weight row every program loads) all add into it: on the GPU the
 // backend makes those adds atomic where programs on parallel axes share the block.
 //
-// This first step takes straight-line kernels: loads of inputs and stores of outputs (masked
-// or not, any indexers), and the elementwise, shape, reduction and dot primitives. A loop, a
-// branch, an output read back or accumulated, an atomic, scratch, scalar prefetch or a
-// primitive without a rule is refused with an error that names it and points to custom_vjp.
+// It takes loads of inputs and stores of outputs (masked or not, any indexers), the
+// elementwise, shape, reduction and dot primitives, and fori_loops whose carries accumulate
+// (c' = c + g, g not reading the carries: K loops of dots, sums over blocks), transposed into
+// a second loop over the same range. A loop that carries state into its next step, a while
+// loop, a branch, an output read back or accumulated, an atomic, scratch, scalar prefetch or
+// a primitive without a rule is refused with an error that names it and points to custom_vjp.
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <mutex>
 #include <numbers>
+#include <unordered_set>
 
 #include "src/trace/api_util.h"
 #include "src/trace/trace.h"
@@ -156,10 +159,227 @@ const std::map<PrimId, VjpRule>& vjp_rules() {
   return r;
 }
 
+// The transposition of one jaxpr (the kernel, or a loop body inside it).
+struct Tx {
+  std::string what;
+  std::unordered_map<int64_t, Value> p;   // old var -> its replayed primal (refs: the new refs)
+  std::unordered_map<int64_t, Value> ct;  // old var -> its cotangent
+  std::unordered_map<int64_t, int> root;  // old ref var -> the kernel ref it is (inputs, then outputs)
+  std::vector<Value> dx;                  // per kernel input: its cotangent ref in this frame (undefined: none)
+  std::vector<ir::Aval> dx_aval;          // their refs' avals
+  size_t nin = 0;
+
+  Value get(const ir::Atom& a) const {
+    if (auto* v = std::get_if<ir::Var>(&a)) {
+      auto it = p.find(v->id);
+      if (it == p.end()) throw Error(what + ": internal: vjp met an undefined variable");
+      return it->second;
+    }
+    return trace::make_value(a);
+  }
+  int root_of(const ir::Eqn& e) const {
+    auto* v = std::get_if<ir::Var>(&e.in[0]);
+    auto it = v ? root.find(v->id) : root.end();
+    if (it == root.end()) throw Error(what + ": internal: vjp met a ref that is not one of the kernel's");
+    return it->second;
+  }
+  void add_ct(const ir::Atom& a, const Value& c) {
+    auto* v = std::get_if<ir::Var>(&a);
+    if (!v || !c.defined() || !is_float(v->aval.dtype) || v->aval.is_ref) return;
+    Value fitted = fit(c, p.at(v->id));
+    Value& slot = ct[v->id];
+    slot = slot.defined() ? slot + fitted : fitted;
+  }
+};
+
 struct Store {
   const ir::Eqn* e;
   int output;
 };
+
+// Replays j's equations (all but `skip` and the stores, which are recorded; stores only at the
+// kernel's top level) and returns them in order.
+std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>* stores,
+                                  const std::unordered_set<const ir::Eqn*>& skip = {}) {
+  std::vector<const ir::Eqn*> order;
+  for (const ir::Eqn& e : j.eqns) {
+    if (skip.count(&e)) continue;
+    PrimId id = e.prim->id;
+    if (id == PrimId::while_loop || id == PrimId::cond)
+      refuse(s.what, "its kernel has a " + e.prim->name + " (only fori_loop is transposed, and branches are not yet)");
+    if (id == PrimId::store) {
+      int r = s.root_of(e);
+      if (r < static_cast<int>(s.nin)) refuse(s.what, "its kernel writes input " + std::to_string(r));
+      if (!stores) refuse(s.what, "its kernel stores output " + std::to_string(r - static_cast<int>(s.nin)) + " inside a loop");
+      stores->push_back({&e, r - static_cast<int>(s.nin)});
+      continue;
+    }
+    if (id == PrimId::swap || id == PrimId::addupdate || id == PrimId::atomic_rmw || id == PrimId::atomic_cas)
+      refuse(s.what, "its kernel uses " + e.prim->name + " (an accumulation or read-modify-write of a ref)");
+    if (id == PrimId::load && s.root_of(e) >= static_cast<int>(s.nin))
+      refuse(s.what, "its kernel reads output " + std::to_string(s.root_of(e) - static_cast<int>(s.nin)) + " back");
+    std::vector<Value> x;
+    for (const ir::Atom& a : e.in) x.push_back(s.get(a));
+    std::vector<Value> y = trace::bind(id, x, e.params);
+    for (size_t k = 0; k < e.out.size(); ++k) s.p[e.out[k].id] = y.at(k);
+    order.push_back(&e);
+  }
+  return order;
+}
+
+void reverse(const std::vector<const ir::Eqn*>& order, Tx& s);
+
+// A fori_loop whose every carry accumulates, c' = c + g with g independent of the carries
+// (a matmul's K loop, a sum over blocks): the carries' cotangents are the same at every
+// iteration, so the transpose is another loop over the same range that replays the body and
+// sends them back through g; what it gives loop-invariant operands is summed in its carries,
+// what it gives loaded blocks is added into their inputs' cotangents. (Loops that carry state
+// into the next iteration — an online softmax — need their carries saved or recomputed: not
+// built yet.)
+void transpose_fori(const ir::Eqn& e, Tx& s) {
+  const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+  const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
+  std::unordered_map<int64_t, const ir::Eqn*> def;
+  std::unordered_map<int64_t, int> uses;
+  for (const ir::Eqn& q : body.eqns) {
+    for (const ir::Var& o : q.out) def[o.id] = &q;
+    for (const ir::Atom& a : q.in)
+      if (auto* v = std::get_if<ir::Var>(&a)) ++uses[v->id];
+  }
+  for (const ir::Atom& a : body.outvars)
+    if (auto* v = std::get_if<ir::Var>(&a)) ++uses[v->id];
+  std::unordered_set<const ir::Eqn*> adds;
+  std::vector<ir::Atom> term(nc);  // g of each carry
+  std::unordered_set<int64_t> tainted;
+  for (size_t c = 0; c < nc; ++c) tainted.insert(body.invars[1 + c].id);
+  for (size_t c = 0; c < nc; ++c) {
+    const ir::Var& cv = body.invars[1 + c];
+    auto* out = std::get_if<ir::Var>(&body.outvars[c]);
+    auto d = out ? def.find(out->id) : def.end();
+    bool ok = is_float(cv.aval.dtype) && d != def.end() && d->second->prim->id == PrimId::add && uses[cv.id] == 1;
+    if (ok) {
+      const ir::Eqn& a = *d->second;
+      auto is_c = [&](const ir::Atom& x) { auto* v = std::get_if<ir::Var>(&x); return v && v->id == cv.id; };
+      ok = is_c(a.in[0]) != is_c(a.in[1]);
+      if (ok) term[c] = is_c(a.in[0]) ? a.in[1] : a.in[0], adds.insert(&a);
+    }
+    if (!ok)
+      refuse(s.what, "carry " + std::to_string(c) + " of its fori_loop is not an accumulator (carry + a term that does not depend on the carries); loops that carry state need their carries saved, not built yet");
+  }
+  for (const ir::Eqn& q : body.eqns) {  // the terms must not read a carry
+    if (adds.count(&q)) continue;
+    bool t = false;
+    for (const ir::Atom& a : q.in)
+      if (auto* v = std::get_if<ir::Var>(&a); v && tainted.count(v->id)) t = true;
+    if (t)
+      for (const ir::Var& o : q.out) tainted.insert(o.id);
+  }
+  for (size_t c = 0; c < nc; ++c)
+    if (auto* v = std::get_if<ir::Var>(&term[c]); v && tainted.count(v->id))
+      refuse(s.what, "carry " + std::to_string(c) + " of its fori_loop feeds the next iteration's term; loops that carry state need their carries saved, not built yet");
+
+  std::vector<Value> ct_out(nc);
+  bool any = false;
+  for (size_t c = 0; c < nc; ++c) {
+    auto it = s.ct.find(e.out[c].id);
+    if (it != s.ct.end()) ct_out[c] = it->second, any = true;
+    s.add_ct(e.in[2 + c], ct_out[c]);  // out = init + sum of the terms
+  }
+  if (!any) return;
+  // the reverse loop: [i, ct carries (per floating value operand)..., consts..., ct_out..., dx refs...]
+  std::vector<size_t> vconst;  // consts that take a cotangent (floating values)
+  for (size_t k = 0; k < nconst; ++k) {
+    const ir::Aval av = ir::atom_aval(e.in[2 + nc + k]);
+    if (!av.is_ref && is_float(av.dtype)) vconst.push_back(k);
+  }
+  std::vector<size_t> dx_in;
+  for (size_t r = 0; r < s.dx.size(); ++r)
+    if (s.dx[r].defined()) dx_in.push_back(r);
+  ir::JaxprPtr rj;
+  {
+    trace::Frame f(&trace::require_frame("vjp").context(), true);
+    auto add = [&](ir::Aval av) {
+      av.weak = false;
+      return trace::make_value(f.add_invar(av));
+    };
+    Tx b;
+    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    b.p[body.invars[0].id] = add(body.invars[0].aval);
+    std::vector<Value> ctc;
+    for (size_t k : vconst) ctc.push_back(add(body.invars[1 + nc + k].aval));
+    for (size_t k = 0; k < nconst; ++k) {
+      const ir::Var& v = body.invars[1 + nc + k];
+      b.p[v.id] = add(v.aval);
+      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
+        auto r = s.root.find(o->id);
+        if (r != s.root.end()) b.root[v.id] = r->second;
+      }
+    }
+    std::vector<Value> cto(nc);
+    for (size_t c = 0; c < nc; ++c)
+      if (ct_out[c].defined()) cto[c] = add(ir::Aval::array(ct_out[c].shape(), ct_out[c].dtype()));
+    b.dx.assign(s.dx.size(), Value());
+    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+    std::vector<const ir::Eqn*> order = replay(body, b, nullptr, adds);
+    for (size_t c = 0; c < nc; ++c)
+      if (cto[c].defined()) b.add_ct(term[c], cto[c]);
+    reverse(order, b);
+    std::vector<ir::Atom> outs;
+    for (size_t j = 0; j < vconst.size(); ++j) {
+      auto it = b.ct.find(body.invars[1 + nc + vconst[j]].id);
+      Value r = it == b.ct.end() ? ctc[j] : ctc[j] + it->second;
+      outs.push_back(trace::atom_of(r, "vjp"));
+    }
+    rj = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+  }
+  std::vector<Value> ops{s.get(e.in[0]), s.get(e.in[1])};
+  for (size_t k : vconst) ops.push_back(zeros_like(s.get(e.in[2 + nc + k])));
+  for (size_t k = 0; k < nconst; ++k) ops.push_back(s.get(e.in[2 + nc + k]));
+  for (size_t c = 0; c < nc; ++c)
+    if (ct_out[c].defined()) ops.push_back(ct_out[c]);
+  for (size_t r : dx_in) ops.push_back(s.dx[r]);
+  ir::Params prm = e.params;
+  prm.set("body", rj);
+  prm.set("num_carry", static_cast<int64_t>(vconst.size()));
+  std::vector<Value> res = trace::bind(PrimId::fori_loop, ops, prm);
+  for (size_t j = 0; j < vconst.size(); ++j) s.add_ct(e.in[2 + nc + vconst[j]], res[j]);
+}
+
+void reverse(const std::vector<const ir::Eqn*>& order, Tx& s) {
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const ir::Eqn& e = **it;
+    PrimId id = e.prim->id;
+    if (id == PrimId::fori_loop) {
+      transpose_fori(e, s);
+      continue;
+    }
+    if (e.out.empty()) continue;
+    auto c = s.ct.find(e.out[0].id);
+    if (c == s.ct.end()) continue;  // no cotangent reaches it (integer, or unused)
+    if (id == PrimId::load) {  // [ref, dyn..., mask?, other?] -> dx[idx] += ct
+      int r = s.root_of(e);
+      bool masked = e.params.get_bool("has_mask"), other = e.params.get_bool("has_other");
+      size_t end = e.in.size() - (masked ? 1 : 0) - (other ? 1 : 0);
+      if (other) s.add_ct(e.in.back(), where(s.get(e.in[end]), zeros_like(c->second), c->second));
+      const Value& dx = s.dx[static_cast<size_t>(r)];
+      if (!dx.defined()) continue;
+      std::vector<Value> in{dx, c->second.astype(dx.dtype())};
+      for (size_t k = 1; k < end; ++k) in.push_back(s.get(e.in[k]));
+      ir::Params ap{{"idx", e.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
+      ap.set_flag("has_mask", masked);
+      if (masked) in.push_back(s.get(e.in[end]));
+      trace::bind(PrimId::addupdate, in, ap);
+      continue;
+    }
+    auto rule = vjp_rules().find(id);
+    if (rule == vjp_rules().end()) refuse(s.what, "the primitive '" + e.prim->name + "' has no transpose rule");
+    if (e.out.size() != 1) refuse(s.what, "the primitive '" + e.prim->name + "' has several results");
+    VjpEqn q{e, {}, {s.p.at(e.out[0].id)}, c->second};
+    for (const ir::Atom& a : e.in) q.x.push_back(s.get(a));
+    std::vector<Value> g = rule->second(q);
+    for (size_t k = 0; k < g.size() && k < e.in.size(); ++k) s.add_ct(e.in[k], g[k]);
+  }
+}
 
 }  // namespace
 
@@ -178,115 +398,44 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     if (is_float(c.grid.inputs[k].array.dtype)) diff.push_back(k);
   const ir::Jaxpr& kj = *c.kernel;
   const auto& kin = kj.invars;
-  std::unordered_map<int64_t, int> ref_of;  // kernel ref var -> index (inputs, then outputs)
-  for (size_t k = 0; k < nin + nout; ++k) ref_of[kin[k].id] = static_cast<int>(k);
 
   trace::KernelContext ctx{what, c.grid.grid, true};
   ir::Jaxpr body;
   {
     trace::Frame f(&ctx, false);
-    std::vector<Value> x_refs, dy_refs, dx_refs;
-    for (size_t k = 0; k < nin; ++k) x_refs.push_back(trace::make_value(f.add_invar(kin[k].aval)));
-    for (size_t k = 0; k < nout; ++k) dy_refs.push_back(trace::make_value(f.add_invar(kin[nin + k].aval)));
+    Tx s;
+    s.what = what, s.nin = nin;
+    std::vector<Value> dy_refs;
+    for (size_t k = 0; k < nin; ++k) s.p[kin[k].id] = trace::make_value(f.add_invar(kin[k].aval));
+    for (size_t k = 0; k < nout; ++k) dy_refs.push_back(s.p[kin[nin + k].id] = trace::make_value(f.add_invar(kin[nin + k].aval)));
     for (size_t k : diff) (void)k, f.add_invar(kin[k].aval);  // the zeros the cotangents start from (aliased)
-    std::vector<Value> dx_of(nin);
-    for (size_t k : diff) dx_of[k] = trace::make_value(f.add_invar(kin[k].aval));
+    s.dx.assign(nin, Value());
+    s.dx_aval.assign(nin, ir::Aval());
+    for (size_t k : diff) s.dx[k] = trace::make_value(f.add_invar(kin[k].aval)), s.dx_aval[k] = kin[k].aval;
+    for (size_t k = 0; k < nin + nout; ++k) s.root[kin[k].id] = static_cast<int>(k);
 
-    // forward: replay every equation but the stores (recorded)
-    std::unordered_map<int64_t, Value> p;
-    for (size_t k = 0; k < nin; ++k) p[kin[k].id] = x_refs[k];
-    for (size_t k = 0; k < nout; ++k) p[kin[nin + k].id] = dy_refs[k];
-    auto get = [&](const ir::Atom& a) {
-      if (auto* v = std::get_if<ir::Var>(&a)) {
-        auto it = p.find(v->id);
-        if (it == p.end()) throw Error(what + ": internal: vjp met an undefined variable");
-        return it->second;
-      }
-      return trace::make_value(a);
-    };
-    auto ref_index = [&](const ir::Eqn& e) {
-      auto* v = std::get_if<ir::Var>(&e.in[0]);
-      auto it = v ? ref_of.find(v->id) : ref_of.end();
-      if (it == ref_of.end()) throw Error(what + ": internal: vjp met a ref that is not one of the kernel's");
-      return it->second;
-    };
     std::vector<Store> stores;
-    std::vector<const ir::Eqn*> order;  // the equations replayed, in order
-    for (const ir::Eqn& e : kj.eqns) {
-      PrimId id = e.prim->id;
-      if (!ir::sub_jaxprs(e).empty()) refuse(what, "its kernel has a " + e.prim->name + " (loops and branches are not transposed yet)");
-      if (id == PrimId::store) {
-        int r = ref_index(e);
-        if (r < static_cast<int>(nin)) refuse(what, "its kernel writes input " + std::to_string(r));
-        stores.push_back({&e, r - static_cast<int>(nin)});
-        continue;
-      }
-      if (id == PrimId::swap || id == PrimId::addupdate || id == PrimId::atomic_rmw || id == PrimId::atomic_cas)
-        refuse(what, "its kernel uses " + e.prim->name + " (an accumulation or read-modify-write of a ref)");
-      if (id == PrimId::load && ref_index(e) >= static_cast<int>(nin))
-        refuse(what, "its kernel reads output " + std::to_string(ref_index(e) - static_cast<int>(nin)) + " back");
-      std::vector<Value> x;
-      for (const ir::Atom& a : e.in) x.push_back(get(a));
-      std::vector<Value> y = trace::bind(id, x, e.params);
-      for (size_t k = 0; k < e.out.size(); ++k) p[e.out[k].id] = y.at(k);
-      order.push_back(&e);
-    }
-
-    // backward: stores read the output cotangents, then every equation in reverse
-    std::unordered_map<int64_t, Value> ct;
-    auto add_ct = [&](const ir::Atom& a, const Value& c) {
-      auto* v = std::get_if<ir::Var>(&a);
-      if (!v || !c.defined() || !is_float(v->aval.dtype) || v->aval.is_ref) return;
-      Value& slot = ct[v->id];
-      Value fitted = fit(c, p.at(v->id));
-      slot = slot.defined() ? slot + fitted : fitted;
-    };
+    std::vector<const ir::Eqn*> order = replay(kj, s, &stores);
+    // stores read the output cotangents at their indices; then every equation in reverse
     for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
-      const ir::Eqn& s = *it->e;  // [ref, value, dyn..., mask?]
-      if (!is_float(ir::atom_aval(s.in[1]).dtype)) continue;
-      bool masked = s.params.get_bool("has_mask");
+      const ir::Eqn& st = *it->e;  // [ref, value, dyn..., mask?]
+      if (!is_float(ir::atom_aval(st.in[1]).dtype)) continue;
+      bool masked = st.params.get_bool("has_mask");
       std::vector<Value> in{dy_refs[static_cast<size_t>(it->output)]};
-      for (size_t k = 2; k < s.in.size() - (masked ? 1 : 0); ++k) in.push_back(get(s.in[k]));
-      ir::Params lp{{"idx", s.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{1}}};
+      for (size_t k = 2; k < st.in.size() - (masked ? 1 : 0); ++k) in.push_back(s.get(st.in[k]));
+      ir::Params lp{{"idx", st.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{1}}};
       lp.set_flag("has_mask", masked);
       lp.set_flag("has_other", masked);
-      Value stored = get(s.in[1]);
-      if (masked) in.push_back(get(s.in.back())), in.push_back(zeros_like(stored));
-      add_ct(s.in[1], trace::bind1(PrimId::load, in, lp));
+      if (masked) in.push_back(s.get(st.in.back())), in.push_back(zeros_like(s.get(st.in[1])));
+      s.add_ct(st.in[1], trace::bind1(PrimId::load, in, lp));
     }
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      const ir::Eqn& e = **it;
-      PrimId id = e.prim->id;
-      if (e.out.empty()) continue;
-      auto c = ct.find(e.out[0].id);
-      if (c == ct.end()) continue;  // no cotangent reaches it (integer, or unused)
-      if (id == PrimId::load) {  // [ref, dyn..., mask?, other?] -> dx[idx] += ct
-        int r = ref_index(e);
-        bool masked = e.params.get_bool("has_mask"), other = e.params.get_bool("has_other");
-        size_t end = e.in.size() - (masked ? 1 : 0) - (other ? 1 : 0);
-        if (other) add_ct(e.in.back(), where(get(e.in[end]), zeros_like(c->second), c->second));
-        if (!dx_of[static_cast<size_t>(r)].defined()) continue;
-        std::vector<Value> in{dx_of[static_cast<size_t>(r)], c->second.astype(dx_of[static_cast<size_t>(r)].dtype())};
-        for (size_t k = 1; k < end; ++k) in.push_back(get(e.in[k]));
-        ir::Params ap{{"idx", e.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
-        ap.set_flag("has_mask", masked);
-        if (masked) in.push_back(get(e.in[end]));
-        trace::bind(PrimId::addupdate, in, ap);
-        continue;
-      }
-      auto rule = vjp_rules().find(id);
-      if (rule == vjp_rules().end()) refuse(what, "the primitive '" + e.prim->name + "' has no transpose rule");
-      if (e.out.size() != 1) refuse(what, "the primitive '" + e.prim->name + "' has several results");
-      VjpEqn q{e, {}, {p.at(e.out[0].id)}, c->second};
-      for (const ir::Atom& a : e.in) q.x.push_back(get(a));
-      std::vector<Value> g = rule->second(q);
-      for (size_t k = 0; k < g.size() && k < e.in.size(); ++k) add_ct(e.in[k], g[k]);
-    }
+    reverse(order, s);
     body = f.finish({}, nullptr);
   }
 
   core::PallasCall n = c;
   n.what = "vjp of " + c.what;
+  n.name = (c.name.empty() ? std::string("kernel") : c.name) + "_vjp";
   n.kernel = std::make_shared<const ir::Jaxpr>(std::move(body));
   ir::verify(*n.kernel, n.what);
   n.grid.inputs = c.grid.inputs;
