@@ -44,6 +44,7 @@ struct Options {
   bool verbose = false;
   bool disk_cache = false;
   bool print_ir = false;
+  bool vjp = false;    // also check pl::vjp against pl::jvp (the transpose identity) on the interpreter
   std::string inject;  // test of the shrinker: kernels whose IR contains this "fail"
   std::string emit_tests;
   GenOptions gen;
@@ -55,7 +56,7 @@ struct Options {
                "         [--backend-b cuda|compile|none] [--arch sm_90a] [--threads T] [--max-seconds X]\n"
                "         [--print-passing] [--no-shrink] [--shrink-seconds X] [--kernel-timeout X] [--slow-seconds X]\n"
                "         [--disable f1,f2,...] [--dtypes f32,i32,...] [--max-ops N] [--emit-tests FILE]\n"
-               "         [--disk-cache] [--print-ir] [--inject-failure TEXT] [--verbose] [--list-features]\n",
+               "         [--disk-cache] [--print-ir] [--inject-failure TEXT] [--verbose] [--list-features] [--vjp]\n",
                why);
   std::exit(2);
 }
@@ -100,6 +101,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--disk-cache") o.disk_cache = true;
     else if (a == "--print-ir") o.print_ir = true;
+    else if (a == "--vjp") o.vjp = true;
     else if (a == "--inject-failure") o.inject = need(i);
     else if (a == "--emit-tests") o.emit_tests = need(i);
     else if (a == "--max-ops") o.gen.max_ops = std::max(4, std::stoi(need(i)));
@@ -129,7 +131,7 @@ Options parse(int argc, char** argv) {
 }
 
 // ---- one kernel ----
-enum class Kind { Ok, Gen, Build, Compile, Interp, Cuda, Mismatch };
+enum class Kind { Ok, Gen, Build, Compile, Interp, Cuda, Mismatch, Vjp };
 const char* kind_name(Kind k) {
   switch (k) {
     case Kind::Ok: return "ok";
@@ -139,6 +141,7 @@ const char* kind_name(Kind k) {
     case Kind::Interp: return "interpreter: the run failed";
     case Kind::Cuda: return "cuda: the GPU run failed";
     case Kind::Mismatch: return "mismatch: outputs differ between the backends";
+    case Kind::Vjp: return "vjp: pl::vjp failed (not a refusal) or disagrees with pl::jvp";
   }
   return "?";
 }
@@ -165,6 +168,48 @@ std::string signature_of(const std::string& msg) {
   first = std::regex_replace(first, ident, "#");
   first = std::regex_replace(first, num, "#");
   return first.substr(0, 160);
+}
+
+// The transpose identity: for tangents t of the floating inputs and cotangents c of the
+// floating outputs, sum(c . jvp(t)) == sum(vjp(c) . t), each side in f64 from the arrays. A
+// kernel vjp refuses (its message says "cannot transpose") passes; any other error, or sides
+// that differ beyond rounding, is a failure. "" when it holds.
+std::atomic<int64_t> g_vjp_checked{0}, g_vjp_refused{0};
+std::string check_vjp(const pl::Call& call, const std::vector<pl::Array>& ins) {
+  std::vector<pl::Array> t(ins.size()), outs;
+  for (size_t k = 0; k < ins.size(); ++k)
+    if (pl::is_float(ins[k].dtype())) t[k] = pl::random::normal(ins[k].shape(), ins[k].dtype(), 9000 + k);
+  try {
+    auto [o, pullback] = pl::vjp(call, ins);
+    std::vector<pl::Array> ct(o.size());
+    for (size_t k = 0; k < o.size(); ++k)
+      if (pl::is_float(o[k].dtype())) ct[k] = pl::random::normal(o[k].shape(), o[k].dtype(), 9100 + k);
+    std::vector<pl::Array> g = pullback(ct);
+    auto [po, tan] = pl::jvp(call, ins, t);
+    double lhs = 0, rhs = 0, scale = 0;
+    for (size_t k = 0; k < ct.size(); ++k) {
+      if (!ct[k].defined() || k >= tan.size() || !tan[k].defined()) continue;
+      auto a = ct[k].to_vector<double>(), b = tan[k].to_vector<double>();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::isfinite(a[i] * b[i])) lhs += a[i] * b[i], scale += std::fabs(a[i] * b[i]);
+    }
+    for (size_t k = 0; k < g.size(); ++k) {
+      if (!g[k].defined() || !t[k].defined()) continue;
+      auto a = g[k].to_vector<double>(), b = t[k].to_vector<double>();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (std::isfinite(a[i] * b[i])) rhs += a[i] * b[i], scale += std::fabs(a[i] * b[i]);
+    }
+    ++g_vjp_checked;
+    if (!std::isfinite(lhs) || !std::isfinite(rhs)) return "";  // overflowing kernels say nothing
+    if (std::fabs(lhs - rhs) > 1e-2 * std::max(1.0, scale))
+      return "sum(ct . jvp(t)) = " + std::to_string(lhs) + " but sum(vjp(ct) . t) = " + std::to_string(rhs) + " (scale " +
+             std::to_string(scale) + ")";
+  } catch (const pl::Error& e) {
+    std::string m = e.what();
+    if (m.find("cannot transpose") != std::string::npos || m.find("jvp of") != std::string::npos) return ++g_vjp_refused, "";
+    return m;
+  }
+  return "";
 }
 
 Outcome check(const Kernel& k, const Options& o, const std::string* expect_ir) {
@@ -196,6 +241,10 @@ Outcome check(const Kernel& k, const Options& o, const std::string* expect_ir) {
     ra = ca(ins);
   } catch (const std::exception& e) {
     return {Kind::Interp, e.what(), "interp: " + signature_of(e.what())};
+  }
+  if (o.vjp) {
+    std::string v = check_vjp(ca, ins);
+    if (!v.empty()) return {Kind::Vjp, v, "vjp: " + signature_of(v)};
   }
   if (o.backend_b != "cuda") return r;
   std::vector<pl::Array> rb;
@@ -428,6 +477,9 @@ int main(int argc, char** argv) {
               run ? 1000 * gen_s / static_cast<double>(run) : 0.0, run ? 1000 * check_s / static_cast<double>(run) : 0.0,
               run ? static_cast<double>(total_ops) / static_cast<double>(run) : 0.0);
   if (stop) std::printf("pallas_fuzz: stopped after --max-seconds %.0f\n", o.max_seconds);
+  if (o.vjp)
+    std::printf("pallas_fuzz: vjp checked against jvp on %lld kernels, refused (with its message) on %lld, the rest failed earlier\n",
+                static_cast<long long>(g_vjp_checked.load()), static_cast<long long>(g_vjp_refused.load()));
   for (auto [k, n] : counts) std::printf("  %-60s %lld\n", kind_name(k), static_cast<long long>(n));
   if (o.verbose || !failures.empty() || true) {
     std::string cov;

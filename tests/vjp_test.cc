@@ -120,22 +120,29 @@ TEST(Vjp, DotsReductionsAndBroadcasts) {
   expect_matches_fd(f, {N({16, 5}, 21), N({5, 8}, 22), N({6, 8}, 23)}, {N({6, 16}, 24)});
 }
 
-// Masked loads and stores at a ragged edge (blocks of 8 over 20 elements): the masked-off lanes
-// take `other` (its cotangent flows to it) and write nothing.
+// A masked load at a ragged edge (blocks of 8 over 20 elements of x): the masked-off lanes take
+// `other`, whose cotangent flows to it; the output (24 elements) has no edge block.
 TEST(Vjp, MaskedEdges) {
   auto f = pl::pallas_call(
       [](pl::Ref x, pl::Ref c, pl::Ref o) {
         pl::Value i = pl::program_id(0) * 8 + pl::iota(pl::i32, {8}, 0);
-        pl::Value m = i < 20;
-        pl::Value v = pl::load(x, {pl::ds(pl::program_id(0) * 8, 8)}, {.mask = m, .other = c[pl::all] * 2.0});
-        pl::store(o, {pl::ds(0, 8)}, v * v, {.mask = m});  // the last block overhangs the output
+        pl::Value v = pl::load(x, {pl::ds(pl::program_id(0) * 8, 8)}, {.mask = i < 20, .other = c[pl::all] * 2.0});
+        o[pl::all] = v * v;
       },
-      pl::ShapeDtype({20}, pl::f64),
-      {.grid = {3},
-       .in_specs = {whole({20}), whole({8})},
-       .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
-       .name = "masked"});
-  expect_matches_fd(f, {N({20}, 31), N({8}, 32)}, {N({20}, 33)});
+      pl::ShapeDtype({24}, pl::f64),
+      {.grid = {3}, .in_specs = {whole({20}), whole({8})}, .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })}, .name = "masked"});
+  expect_matches_fd(f, {N({20}, 31), N({8}, 32)}, {N({24}, 33)});
+}
+
+// Stores into disjoint static slices of one output each take their part of its cotangent.
+TEST(Vjp, DisjointStoresIntoOneOutput) {
+  auto f = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::ds(0, 4)] = pl::exp(x[pl::ds(0, 4)]);
+        o[pl::ds(4, 4)] = x[pl::ds(0, 4)] * x[pl::ds(4, 4)];
+      },
+      pl::ShapeDtype({8}, pl::f64), {.name = "halves"});
+  expect_matches_fd(f, {N({8}, 35)}, {N({8}, 36)});
 }
 
 // The library's softmax and layer norm forwards, differentiated automatically, against their
@@ -268,6 +275,21 @@ TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
       [](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all]; }, pl::ShapeDtype({8}, pl::f64),
       {.grid = {2}, .in_specs = {whole({8})}, .out_specs = {whole({8})}, .name = "revisit"});
   EXPECT_THROW_MSG(pl::vjp(revisit, {x}), "kernel 'revisit'", "output 0 is written by several programs", "pl::custom_vjp");
+  // two stores into one output that may overlap: the later one overwrites (found by the fuzzer)
+  auto twice = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = x[pl::all];
+        o[pl::all] = x[pl::all] * 2.0;
+      },
+      pl::ShapeDtype({8}, pl::f64), {.name = "twice"});
+  EXPECT_THROW_MSG(pl::vjp(twice, {x}), "kernel 'twice'", "stores output 0 more than once where the stores may overlap", "pl::custom_vjp");
+  // an output whose last block passes its edge (20 elements in blocks of 8)
+  auto edge = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0; }, pl::ShapeDtype({20}, pl::f64),
+                              {.grid = {3},
+                               .in_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
+                               .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
+                               .name = "edge"});
+  EXPECT_THROW_MSG(pl::vjp(edge, {N({20}, 62)}), "kernel 'edge'", "output 0's blocks overhang its edge", "pl::custom_vjp");
   auto cumsum = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::cumsum(x[pl::all], 0); }, pl::ShapeDtype({8}, pl::f64),
                                 {.name = "scan"});
   EXPECT_THROW_MSG(pl::vjp(cumsum, {x}), "kernel 'scan'", "the primitive 'cumsum' has no transpose rule", "pl::custom_vjp");

@@ -229,6 +229,23 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
 
 void reverse(const std::vector<const ir::Eqn*>& order, Tx& s);
 
+// Whether two stores' boxes may overlap: per dimension, [lo, hi) from static slices and
+// integers; anything dynamic, or an index array, may touch anything.
+bool may_overlap(const ir::Eqn& a, const ir::Eqn& b) {
+  const auto &da = a.params.get<ir::NDIndexer>("idx").dims, &db = b.params.get<ir::NDIndexer>("idx").dims;
+  auto box = [](const ir::IndexDim& d, int64_t* lo, int64_t* hi) {
+    using K = ir::IndexDim::Kind;
+    if (d.kind == K::Index) return *lo = d.start, *hi = d.start + 1, true;
+    if (d.kind == K::Slice && d.stride > 0) return *lo = d.start, *hi = d.start + (d.size - 1) * d.stride + 1, true;
+    return false;
+  };
+  for (size_t k = 0; k < std::min(da.size(), db.size()); ++k) {
+    int64_t alo, ahi, blo, bhi;
+    if (box(da[k], &alo, &ahi) && box(db[k], &blo, &bhi) && (ahi <= blo || bhi <= alo)) return false;  // apart along k
+  }
+  return true;
+}
+
 // A fori_loop whose every carry accumulates, c' = c + g with g independent of the carries
 // (a matmul's K loop, a sum over blocks): the carries' cotangents are the same at every
 // iteration, so the transpose is another loop over the same range that replays the body and
@@ -390,9 +407,18 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
   if (!c.aliases.empty()) refuse(what, "it has input_output_aliases");
   if (!c.grid.scratch.empty()) refuse(what, "it has scratch operands");
   const size_t nin = c.grid.inputs.size(), nout = c.grid.outputs.size();
-  for (size_t o = 0; o < nout; ++o)
-    for (bool r : revisit_axes(c.grid, c.grid.outputs[o]))
-      if (r) refuse(what, c.grid.outputs[o].what + " is written by several programs (its block is revisited along a grid axis, an accumulation)");
+  for (size_t o = 0; o < nout; ++o) {
+    const core::BlockMapping& bm = c.grid.outputs[o];
+    for (bool r : revisit_axes(c.grid, bm))
+      if (r) refuse(what, bm.what + " is written by several programs (its block is revisited along a grid axis, an accumulation)");
+    // Past an output's edge the forward's writes are dropped, and a read of the cotangent there
+    // would be poison, not zero: edge blocks are not transposed yet (padding the cotangent is
+    // the way).
+    for (size_t d = 0; d < bm.block_shape.size(); ++d)
+      if (is_float(bm.array.dtype) && !bm.squeezed[d] && bm.array.shape[d] % bm.block_shape[d] != 0)
+        refuse(what, bm.what + "'s blocks overhang its edge (dimension " + std::to_string(d) + ": " + std::to_string(bm.array.shape[d]) +
+                         " is not a multiple of the block's " + std::to_string(bm.block_shape[d]) + ")");
+  }
   std::vector<size_t> diff;  // floating inputs: each gets a cotangent
   for (size_t k = 0; k < nin; ++k)
     if (is_float(c.grid.inputs[k].array.dtype)) diff.push_back(k);
@@ -416,6 +442,13 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
 
     std::vector<Store> stores;
     std::vector<const ir::Eqn*> order = replay(kj, s, &stores);
+    // An element a later store overwrites takes nothing from the earlier one: each output's
+    // stores must be apart (static boxes that do not meet) for their cotangents to be reads.
+    for (size_t a = 0; a < stores.size(); ++a)
+      for (size_t b = a + 1; b < stores.size(); ++b)
+        if (stores[a].output == stores[b].output && may_overlap(*stores[a].e, *stores[b].e))
+          refuse(what, "its kernel stores output " + std::to_string(stores[a].output) +
+                           " more than once where the stores may overlap (a later store overwrites an earlier one's elements)");
     // stores read the output cotangents at their indices; then every equation in reverse
     for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
       const ir::Eqn& st = *it->e;  // [ref, value, dyn..., mask?]
@@ -498,8 +531,14 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
   // the backward, given the inputs, the output cotangents and zeros for the input cotangents.
   std::vector<int> all(primals.size());
   for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<int>(k);
-  BwdFn bwd = [tc, shapes](const std::vector<Array>& a) {
-    std::vector<Array> args = a;
+  // bwd gets the inputs, then the floating outputs' cotangents; the transposed call takes one
+  // per output (an integer output's is never read: zeros).
+  std::vector<ShapeDtype> outs;
+  for (const core::BlockMapping& o : pc.grid.outputs) outs.push_back(o.array);
+  BwdFn bwd = [tc, shapes, outs](const std::vector<Array>& a) {
+    std::vector<Array> args(a.begin(), a.begin() + static_cast<long>(shapes.size()));
+    size_t next = shapes.size();
+    for (const ShapeDtype& o : outs) args.push_back(is_float(o.dtype) ? a.at(next++) : Array::zeros(o.shape, o.dtype));
     for (const ShapeDtype& s : shapes)
       if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, s.dtype));
     core::check_arguments(*tc, args);
