@@ -37,16 +37,24 @@ namespace {
               "\"custom_vjp\")");
 }
 
+// A sum of cotangents, in f32 for 16-bit floats (a broadcast over hundreds of elements summed
+// in f16 loses a tenth of its value; found by the fuzzer's transpose check).
+Value acc_sum(const Value& v, Axes axes, bool keepdims) {
+  DType t = v.dtype();
+  if (t != DType::F16 && t != DType::BF16) return sum(v, std::move(axes), keepdims);
+  return sum(v.astype(DType::F32), std::move(axes), keepdims).astype(t);
+}
+
 // The cotangent of a value of shape `shape` from one of `ct`'s shape that broadcast it: summed
 // over the broadcast dimensions (a scalar operand of a binary op, size-1 dimensions).
 Value unbroadcast(const Value& ct, const Shape& shape) {
   if (ct.shape() == shape) return ct;
-  if (shape.empty()) return sum(ct);
+  if (shape.empty()) return acc_sum(ct, Axes(), false);
   std::vector<int> axes;
   size_t lead = ct.shape().size() - shape.size();
   for (size_t d = 0; d < ct.shape().size(); ++d)
     if (d < lead || (shape[d - lead] == 1 && ct.shape()[d] != 1)) axes.push_back(static_cast<int>(d));
-  Value r = axes.empty() ? ct : sum(ct, Axes(axes), true);
+  Value r = axes.empty() ? ct : acc_sum(ct, Axes(axes), true);
   return r.shape() == shape ? r : r.reshape(shape);
 }
 
@@ -101,10 +109,16 @@ const std::map<PrimId, VjpRule>& vjp_rules() {
       return std::vector<Value>{is_float(q.x[0].dtype()) ? q.ct.astype(q.x[0].dtype()) : Value()};
     };
     m[PrimId::stop_gradient] = [](const VjpEqn&) { return std::vector<Value>{Value()}; };
-    m[PrimId::select_n] = [](const VjpEqn& q) {  // select_n(pred, case 0, case 1, ...)
+    m[PrimId::select_n] = [](const VjpEqn& q) {  // select_n(which, case 0, case 1, ...); `which` clamped to the cases
       std::vector<Value> r{Value()};
+      const int32_t last = static_cast<int32_t>(q.x.size()) - 2;
       for (size_t c = 1; c < q.x.size(); ++c) {
-        Value pick = q.x[0].dtype() == DType::Bool ? (c == 1 ? !q.x[0] : q.x[0]) : q.x[0] == static_cast<int32_t>(c - 1);
+        const int32_t k = static_cast<int32_t>(c - 1);
+        Value pick = q.x[0].dtype() == DType::Bool ? (c == 1 ? !q.x[0] : c == 2 ? q.x[0] : q.x[0] & !q.x[0])
+                     : k == 0 && k == last ? q.x[0] == q.x[0]
+                     : k == 0             ? q.x[0] <= 0
+                     : k == last          ? q.x[0] >= last
+                                          : q.x[0] == k;
         r.push_back(fit(where(pick, q.ct, zeros_like(q.ct)), q.x[c]));
       }
       return r;
@@ -117,7 +131,7 @@ const std::map<PrimId, VjpRule>& vjp_rules() {
         auto it = std::find(bd.begin(), bd.end(), static_cast<int64_t>(d));
         if (it == bd.end() || (in[static_cast<size_t>(it - bd.begin())] == 1 && q.ct.shape()[d] != 1)) axes.push_back(static_cast<int>(d));
       }
-      Value s = axes.empty() ? q.ct : sum(q.ct, Axes(axes), true);
+      Value s = axes.empty() ? q.ct : acc_sum(q.ct, Axes(axes), true);
       return std::vector<Value>{s.reshape(in).astype(q.x[0].dtype())};
     };
     m[PrimId::reduce_sum] = [](const VjpEqn& q) {
@@ -131,7 +145,7 @@ const std::map<PrimId, VjpRule>& vjp_rules() {
         Shape kept = q.x[0].shape();
         for (int64_t a : q.e.params.get<std::vector<int64_t>>("axes")) kept[static_cast<size_t>(a)] = 1, axes.push_back(static_cast<int>(a));
         Value hit = (q.x[0] == api::broadcast(q.y[0].reshape(kept), q.x[0].shape())).astype(q.x[0].dtype());
-        Value count = api::broadcast(sum(hit, Axes(axes), true), q.x[0].shape());
+        Value count = api::broadcast(acc_sum(hit, Axes(axes), true), q.x[0].shape());
         return std::vector<Value>{hit / count * api::broadcast(q.ct.reshape(kept), q.x[0].shape())};
       };
     m[PrimId::transpose] = [](const VjpEqn& q) {
@@ -197,6 +211,23 @@ struct Store {
   int output;
 };
 
+// Whether j (or a jaxpr inside it) writes a ref.
+bool writes_a_ref(const ir::Jaxpr& j) {
+  for (const ir::Eqn& e : j.eqns) {
+    switch (e.prim->id) {
+      case PrimId::store:
+      case PrimId::swap:
+      case PrimId::addupdate:
+      case PrimId::atomic_rmw:
+      case PrimId::atomic_cas: return true;
+      default: break;
+    }
+    for (const ir::Jaxpr* sj : ir::sub_jaxprs(e))
+      if (writes_a_ref(*sj)) return true;
+  }
+  return false;
+}
+
 // Replays j's equations (all but `skip` and the stores, which are recorded; stores only at the
 // kernel's top level) and returns them in order.
 std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>* stores,
@@ -207,6 +238,15 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
     PrimId id = e.prim->id;
     if (id == PrimId::while_loop || id == PrimId::cond)
       refuse(s.what, "its kernel has a " + e.prim->name + " (only fori_loop is transposed, and branches are not yet)");
+    if (id == PrimId::fori_loop) {
+      if (writes_a_ref(*e.params.get<ir::JaxprPtr>("body"))) refuse(s.what, "its kernel writes a ref inside a fori_loop");
+      for (const ir::Atom& a : e.in)
+        if (auto* v = std::get_if<ir::Var>(&a); v && v->aval.is_ref) {
+          auto r = s.root.find(v->id);
+          if (r != s.root.end() && r->second >= static_cast<int>(s.nin))
+            refuse(s.what, "its kernel reads output " + std::to_string(r->second - static_cast<int>(s.nin)) + " inside a fori_loop");
+        }
+    }
     if (id == PrimId::store) {
       int r = s.root_of(e);
       if (r < static_cast<int>(s.nin)) refuse(s.what, "its kernel writes input " + std::to_string(r));
@@ -383,9 +423,14 @@ void reverse(const std::vector<const ir::Eqn*>& order, Tx& s) {
       std::vector<Value> in{dx, c->second.astype(dx.dtype())};
       for (size_t k = 1; k < end; ++k) in.push_back(s.get(e.in[k]));
       ir::Params ap{{"idx", e.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
-      ap.set_flag("has_mask", masked);
-      if (masked) in.push_back(s.get(e.in[end]));
-      trace::bind(PrimId::addupdate, in, ap);
+      if (masked) {  // `+=` takes no mask: a masked atomic add, touching only the lanes the load read
+        ap.set("op", ir::AtomicOp::Add);
+        ap.set_flag("has_mask", true);
+        in.push_back(s.get(e.in[end]));
+        trace::bind(PrimId::atomic_rmw, in, ap);
+      } else {
+        trace::bind(PrimId::addupdate, in, ap);
+      }
       continue;
     }
     auto rule = vjp_rules().find(id);
@@ -434,10 +479,17 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     std::vector<Value> dy_refs;
     for (size_t k = 0; k < nin; ++k) s.p[kin[k].id] = trace::make_value(f.add_invar(kin[k].aval));
     for (size_t k = 0; k < nout; ++k) dy_refs.push_back(s.p[kin[nin + k].id] = trace::make_value(f.add_invar(kin[nin + k].aval)));
-    for (size_t k : diff) (void)k, f.add_invar(kin[k].aval);  // the zeros the cotangents start from (aliased)
+    // The input cotangents accumulate in f32 for 16-bit inputs (sums over programs and steps;
+    // atomic adds have no 16-bit float form), converted to the input's dtype after the call.
+    auto acc_aval = [&](size_t k) {
+      ir::Aval av = kin[k].aval;
+      if (av.dtype == DType::F16 || av.dtype == DType::BF16) av.dtype = DType::F32;
+      return av;
+    };
+    for (size_t k : diff) f.add_invar(acc_aval(k));  // the zeros the cotangents start from (aliased)
     s.dx.assign(nin, Value());
     s.dx_aval.assign(nin, ir::Aval());
-    for (size_t k : diff) s.dx[k] = trace::make_value(f.add_invar(kin[k].aval)), s.dx_aval[k] = kin[k].aval;
+    for (size_t k : diff) s.dx[k] = trace::make_value(f.add_invar(acc_aval(k))), s.dx_aval[k] = acc_aval(k);
     for (size_t k = 0; k < nin + nout; ++k) s.root[kin[k].id] = static_cast<int>(k);
 
     std::vector<Store> stores;
@@ -477,12 +529,17 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     n.grid.inputs.back().what = "cotangent of " + c.grid.outputs[o].what;
   }
   n.grid.outputs.clear();
+  auto acc_mapping = [&](size_t k) {
+    core::BlockMapping m = c.grid.inputs[k];
+    if (m.array.dtype == DType::F16 || m.array.dtype == DType::BF16) m.array.dtype = DType::F32;
+    return m;
+  };
   for (size_t k : diff) {
-    n.grid.inputs.push_back(c.grid.inputs[k]);
+    n.grid.inputs.push_back(acc_mapping(k));
     n.grid.inputs.back().what = "zeros for the cotangent of " + c.grid.inputs[k].what;
   }
   for (size_t j = 0; j < diff.size(); ++j) {
-    n.grid.outputs.push_back(c.grid.inputs[diff[j]]);
+    n.grid.outputs.push_back(acc_mapping(diff[j]));
     n.grid.outputs.back().what = "cotangent of " + c.grid.inputs[diff[j]].what;
     n.aliases[static_cast<int>(nin + nout + j)] = static_cast<int>(j);
   }
@@ -539,10 +596,18 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
     std::vector<Array> args(a.begin(), a.begin() + static_cast<long>(shapes.size()));
     size_t next = shapes.size();
     for (const ShapeDtype& o : outs) args.push_back(is_float(o.dtype) ? a.at(next++) : Array::zeros(o.shape, o.dtype));
+    auto acc = [](DType t) { return t == DType::F16 || t == DType::BF16 ? DType::F32 : t; };
     for (const ShapeDtype& s : shapes)
-      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, s.dtype));
+      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, acc(s.dtype)));
     core::check_arguments(*tc, args);
-    return core::execute(*tc, args);
+    std::vector<Array> g = core::execute(*tc, args);
+    size_t j = 0;
+    for (const ShapeDtype& s : shapes)
+      if (is_float(s.dtype)) {
+        if (g[j].dtype() != s.dtype) g[j] = g[j].astype(s.dtype);
+        ++j;
+      }
+    return g;
   };
   CustomVjp pair = custom_vjp(f, bwd, f.num_outputs(), {.residual_inputs = all}, "the transposed kernel");
   return vjp(pair, primals);
