@@ -9,12 +9,14 @@
 // that read one input block (a weight row every program loads) all add into it: on the GPU the
 // backend makes those adds atomic where programs on parallel axes share the block.
 //
-// It takes loads of inputs and stores of outputs (masked or not, any indexers), the
-// elementwise, shape, reduction and dot primitives, and fori_loops whose carries accumulate
-// (c' = c + g, g not reading the carries: K loops of dots, sums over blocks), transposed into
-// a second loop over the same range. A loop that carries state into its next step, a while
-// loop, a branch, an output read back or accumulated, an atomic, scratch, scalar prefetch or
-// a primitive without a rule is refused with an error that names it and points to custom_vjp.
+// It takes loads of inputs (masked: a masked atomic add, `+=` having no mask) and stores of
+// outputs (masked or not, any indexers; an output's stores must not overlap), the elementwise,
+// shape, reduction and dot primitives, and fori_loops whose carries accumulate (c' = c + g, g
+// not reading the carries: K loops of dots, sums over blocks), transposed into a second loop
+// over the same range. 16-bit inputs' cotangents accumulate in f32. A loop that carries state
+// or writes a ref, a while loop, a branch, an output read back, accumulated or with blocks past
+// its edge, an atomic, scratch, scalar prefetch or a primitive without a rule is refused with
+// an error that names it and points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
 #include <algorithm>
 #include <cmath>
 #include <memory>
