@@ -24,14 +24,31 @@ std::vector<bool> outvars_depending_on(const Jaxpr& j, const std::vector<bool>& 
   return r;
 }
 
+bool is_ref_write(const Eqn& e) {
+  switch (e.prim->id) {
+    case PrimId::store:
+    case PrimId::swap:
+    case PrimId::addupdate:
+    case PrimId::atomic_rmw:
+    case PrimId::atomic_cas: return true;
+    default: return false;
+  }
+}
+
+bool writes_any_ref(const Jaxpr& j) {
+  for (const Eqn& e : j.eqns) {
+    if (is_ref_write(e)) return true;
+    for (const Jaxpr* s : sub_jaxprs(e))
+      if (writes_any_ref(*s)) return true;
+  }
+  return false;
+}
+
 // Stores, swaps, addupdates and atomics through the ref, also inside sub-jaxprs that receive
 // it as an operand.
 bool writes_ref(const ir::Jaxpr& j, int64_t var_id) {
   for (auto& e : j.eqns) {
-    auto id = e.prim->id;
-    bool writer = id == PrimId::store || id == PrimId::swap || id == PrimId::addupdate ||
-                  id == PrimId::atomic_rmw || id == PrimId::atomic_cas;
-    if (writer) {
+    if (is_ref_write(e)) {
       if (auto* v = std::get_if<ir::Var>(&e.in[0]); v && v->id == var_id) return true;
     }
     // Sub-jaxprs see the ref as a captured operand: follow it into the matching invar.

@@ -13,6 +13,11 @@ namespace pallas::ir {
 // of `tainted` count as false).
 std::vector<bool> outvars_depending_on(const Jaxpr& j, const std::vector<bool>& tainted);
 
+// Whether the equation writes through its ref (store, swap, addupdate, an atomic).
+bool is_ref_write(const Eqn& e);
+// Whether the jaxpr, or one inside it, writes through any ref.
+bool writes_any_ref(const Jaxpr& j);
+
 // Whether the jaxpr writes through the ref bound to var_id (a kernel that writes an input block
 // gets a private copy of that input on every backend, so the caller's array never changes).
 bool writes_ref(const Jaxpr& j, int64_t var_id);

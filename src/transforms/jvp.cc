@@ -107,11 +107,6 @@ JvpRule binary(PartialF fa, PartialF fb) {
 }
 
 Value as(const Value& b, const Value& like) { return b.astype(like.dtype()); }
-// Tie-splitting selector for max/min: 1 where a wins, 1/2 at ties.
-Value wins(const Value& a, const Value& b, bool is_max, const Value& like) {
-  Value w = is_max ? a > b : a < b;
-  return as(w, like) + 0.5 * as(a == b, like);
-}
 
 // ---- refs ----
 int root_of(JvpScope& s, const ir::Atom& ref) {
@@ -481,6 +476,11 @@ ir::RuleTable<JvpRule> make_rules() {
 
 }  // namespace
 
+Value wins(const Value& a, const Value& b, bool is_max, const Value& like) {
+  Value w = is_max ? a > b : a < b;
+  return w.astype(like.dtype()) + 0.5 * (a == b).astype(like.dtype());
+}
+
 const ir::RuleTable<JvpRule>& jvp_rules() {
   static const ir::RuleTable<JvpRule> t = make_rules();
   return t;
@@ -598,23 +598,7 @@ JvpResult jvp(const Call& call, const std::vector<Array>& primals, const std::ve
   for (size_t k = 0; k < primals.size(); ++k) want[k] = tangents[k].defined();
   // The rewrite is cached per call and tangent pattern, so repeated jvps reuse the
   // backend's compiled kernel (caches are keyed by the kernel).
-  std::shared_ptr<const JvpCall> jp;
-  {
-    static std::mutex mu;
-    static std::map<std::pair<const detail::CallState*, std::vector<bool>>,
-                    std::pair<std::weak_ptr<detail::CallState>, std::shared_ptr<const JvpCall>>>
-        cache;
-    std::lock_guard<std::mutex> g(mu);
-    auto key = std::make_pair(call.state().get(), want);
-    auto it = cache.find(key);
-    if (it != cache.end() && it->second.first.lock() == call.state()) {
-      jp = it->second.second;
-    } else {
-      for (auto i = cache.begin(); i != cache.end();) i = i->second.first.expired() ? cache.erase(i) : std::next(i);
-      jp = std::make_shared<const JvpCall>(jvp_pallas_call(pc, want));
-      cache[key] = {call.state(), jp};
-    }
-  }
+  std::shared_ptr<const JvpCall> jp = cached_rewrite<JvpCall>(call, want, std::function<JvpCall()>([&] { return jvp_pallas_call(pc, want); }));
   const JvpCall& j = *jp;
   std::vector<Array> args = primals;
   for (size_t k = 0; k < primals.size(); ++k)

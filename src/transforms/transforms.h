@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +39,10 @@ struct JvpCall {
 // in_tangent: inputs with a nonzero tangent. A kernel that stores a nonzero tangent into an
 // input without one gets a tangent input for it too (the caller passes zeros).
 JvpCall jvp_pallas_call(const core::PallasCall& c, std::vector<bool> in_tangent);
+
+// Tie-splitting selector for max/min, in like's dtype: 1 where a wins, 1/2 at ties (jvp's and
+// vjp's rules for max, min and the reductions agree on it).
+Value wins(const Value& a, const Value& b, bool is_max, const Value& like);
 
 // ---- vjp ----
 // The transposed call of a straight-line kernel (vjp.cc): inputs, then one cotangent per
@@ -102,5 +107,22 @@ Call make_transformed(std::string what, std::string name, std::vector<int64_t> g
                       std::function<std::vector<Array>(const std::vector<Array>&)> run = {});
 // Number of dynamic grid bounds a Call takes before its inputs.
 int num_dynamic_args(const Call& c);
+
+// A rewrite of `call` made once per call and key, kept while the call lives, so that repeated
+// transforms reuse the backend's compiled kernel (its caches are keyed by the kernel). One
+// cache per (Key, T); entries of calls that are gone are dropped as new ones come.
+template <class T, class Key>
+std::shared_ptr<const T> cached_rewrite(const Call& call, const Key& key, const std::function<T()>& make) {
+  static std::mutex mu;
+  static std::map<std::pair<const detail::CallState*, Key>, std::pair<std::weak_ptr<detail::CallState>, std::shared_ptr<const T>>> cache;
+  std::lock_guard<std::mutex> g(mu);
+  auto k = std::make_pair(call.state().get(), key);
+  auto it = cache.find(k);
+  if (it != cache.end() && it->second.first.lock() == call.state()) return it->second.second;
+  for (auto i = cache.begin(); i != cache.end();) i = i->second.first.expired() ? cache.erase(i) : std::next(i);
+  auto made = std::make_shared<const T>(make());
+  cache[k] = {call.state(), made};
+  return made;
+}
 
 }  // namespace pallas::transforms

@@ -24,6 +24,7 @@
 #include <numbers>
 #include <unordered_set>
 
+#include "src/ir/dependence.h"
 #include "src/trace/api_util.h"
 #include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
@@ -39,12 +40,15 @@ namespace {
               "\"custom_vjp\")");
 }
 
+// Where 16-bit floats' cotangents are summed: f32.
+DType acc_dtype(DType t) { return t == DType::F16 || t == DType::BF16 ? DType::F32 : t; }
+
 // A sum of cotangents, in f32 for 16-bit floats (a broadcast over hundreds of elements summed
 // in f16 loses a tenth of its value; found by the fuzzer's transpose check).
 Value acc_sum(const Value& v, Axes axes, bool keepdims) {
   DType t = v.dtype();
-  if (t != DType::F16 && t != DType::BF16) return sum(v, std::move(axes), keepdims);
-  return sum(v.astype(DType::F32), std::move(axes), keepdims).astype(t);
+  if (acc_dtype(t) == t) return sum(v, std::move(axes), keepdims);
+  return sum(v.astype(acc_dtype(t)), std::move(axes), keepdims).astype(t);
 }
 
 // The cotangent of a value of shape `shape` from one of `ct`'s shape that broadcast it: summed
@@ -71,10 +75,6 @@ struct VjpEqn {
 // One cotangent per input (undefined: none).
 using VjpRule = std::function<std::vector<Value>(const VjpEqn&)>;
 
-Value wins(const Value& a, const Value& b, bool is_max) {  // 1 where a wins, 1/2 at ties (as jvp)
-  Value w = is_max ? a > b : a < b;
-  return w.astype(a.dtype()) + 0.5 * (a == b).astype(a.dtype());
-}
 
 const std::map<PrimId, VjpRule>& vjp_rules() {
   static const std::map<PrimId, VjpRule> r = [] {
@@ -105,7 +105,7 @@ const std::map<PrimId, VjpRule>& vjp_rules() {
     };
     for (bool is_max : {true, false})
       m[is_max ? PrimId::max : PrimId::min] = [is_max](const VjpEqn& q) {
-        return std::vector<Value>{fit(q.ct * wins(q.x[0], q.x[1], is_max), q.x[0]), fit(q.ct * wins(q.x[1], q.x[0], is_max), q.x[1])};
+        return std::vector<Value>{fit(q.ct * wins(q.x[0], q.x[1], is_max, q.x[0]), q.x[0]), fit(q.ct * wins(q.x[1], q.x[0], is_max, q.x[1]), q.x[1])};
       };
     m[PrimId::convert_element_type] = [](const VjpEqn& q) {
       return std::vector<Value>{is_float(q.x[0].dtype()) ? q.ct.astype(q.x[0].dtype()) : Value()};
@@ -213,23 +213,6 @@ struct Store {
   int output;
 };
 
-// Whether j (or a jaxpr inside it) writes a ref.
-bool writes_a_ref(const ir::Jaxpr& j) {
-  for (const ir::Eqn& e : j.eqns) {
-    switch (e.prim->id) {
-      case PrimId::store:
-      case PrimId::swap:
-      case PrimId::addupdate:
-      case PrimId::atomic_rmw:
-      case PrimId::atomic_cas: return true;
-      default: break;
-    }
-    for (const ir::Jaxpr* sj : ir::sub_jaxprs(e))
-      if (writes_a_ref(*sj)) return true;
-  }
-  return false;
-}
-
 // Replays j's equations (all but `skip` and the stores, which are recorded; stores only at the
 // kernel's top level) and returns them in order.
 std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>* stores,
@@ -241,7 +224,7 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
     if (id == PrimId::while_loop || id == PrimId::cond)
       refuse(s.what, "its kernel has a " + e.prim->name + " (only fori_loop is transposed, and branches are not yet)");
     if (id == PrimId::fori_loop) {
-      if (writes_a_ref(*e.params.get<ir::JaxprPtr>("body"))) refuse(s.what, "its kernel writes a ref inside a fori_loop");
+      if (ir::writes_any_ref(*e.params.get<ir::JaxprPtr>("body"))) refuse(s.what, "its kernel writes a ref inside a fori_loop");
       for (const ir::Atom& a : e.in)
         if (auto* v = std::get_if<ir::Var>(&a); v && v->aval.is_ref) {
           auto r = s.root.find(v->id);
@@ -485,7 +468,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     // atomic adds have no 16-bit float form), converted to the input's dtype after the call.
     auto acc_aval = [&](size_t k) {
       ir::Aval av = kin[k].aval;
-      if (av.dtype == DType::F16 || av.dtype == DType::BF16) av.dtype = DType::F32;
+      av.dtype = acc_dtype(av.dtype);
       return av;
     };
     for (size_t k : diff) f.add_invar(acc_aval(k));  // the zeros the cotangents start from (aliased)
@@ -533,7 +516,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
   n.grid.outputs.clear();
   auto acc_mapping = [&](size_t k) {
     core::BlockMapping m = c.grid.inputs[k];
-    if (m.array.dtype == DType::F16 || m.array.dtype == DType::BF16) m.array.dtype = DType::F32;
+    m.array.dtype = acc_dtype(m.array.dtype);
     return m;
   };
   for (size_t k : diff) {
@@ -567,25 +550,10 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
   const core::PallasCall& pc = pallas_call_of(f, shapes);
   // The transposed call, made once per call and input shapes (so repeated vjps reuse the
   // backend's compiled kernel).
-  std::shared_ptr<const core::PallasCall> tc;
-  {
-    static std::mutex mu;
-    static std::map<std::pair<const detail::CallState*, std::string>,
-                    std::pair<std::weak_ptr<detail::CallState>, std::shared_ptr<const core::PallasCall>>>
-        cache;
-    std::string key_shapes;
-    for (const ShapeDtype& s : shapes) key_shapes += s.str() + ";";
-    std::lock_guard<std::mutex> g(mu);
-    auto key = std::make_pair(f.state().get(), key_shapes);
-    auto it = cache.find(key);
-    if (it != cache.end() && it->second.first.lock() == f.state()) {
-      tc = it->second.second;
-    } else {
-      for (auto i = cache.begin(); i != cache.end();) i = i->second.first.expired() ? cache.erase(i) : std::next(i);
-      tc = std::make_shared<const core::PallasCall>(vjp_pallas_call(pc));
-      cache[key] = {f.state(), tc};
-    }
-  }
+  std::string key;
+  for (const ShapeDtype& s : shapes) key += s.str() + ";";
+  std::shared_ptr<const core::PallasCall> tc =
+      cached_rewrite<core::PallasCall>(f, key, std::function<core::PallasCall()>([&] { return vjp_pallas_call(pc); }));
   // As a custom_vjp pair: f is the forward (nothing saved but its inputs), the transposed call
   // the backward, given the inputs, the output cotangents and zeros for the input cotangents.
   std::vector<int> all(primals.size());
@@ -598,9 +566,8 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
     std::vector<Array> args(a.begin(), a.begin() + static_cast<long>(shapes.size()));
     size_t next = shapes.size();
     for (const ShapeDtype& o : outs) args.push_back(is_float(o.dtype) ? a.at(next++) : Array::zeros(o.shape, o.dtype));
-    auto acc = [](DType t) { return t == DType::F16 || t == DType::BF16 ? DType::F32 : t; };
     for (const ShapeDtype& s : shapes)
-      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, acc(s.dtype)));
+      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, acc_dtype(s.dtype)));
     core::check_arguments(*tc, args);
     std::vector<Array> g = core::execute(*tc, args);
     size_t j = 0;

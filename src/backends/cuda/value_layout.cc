@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "src/backends/cuda/plan/passes.h"
+#include "src/ir/dependence.h"
 #include "src/backends/cuda/rules.h"
 
 namespace pallas::cuda {
@@ -263,16 +264,8 @@ struct Assign {
   }
 };
 
-bool writes_memory(const ir::Eqn& e) {
-  switch (e.prim->id) {
-    case PrimId::store:
-    case PrimId::swap:
-    case PrimId::addupdate:
-    case PrimId::atomic_rmw:
-    case PrimId::atomic_cas: return true;
-    default: return !ir::sub_jaxprs(e).empty();  // a loop or branch: it may
-  }
-}
+// A write, or a loop or branch (it may write).
+bool writes_memory(const ir::Eqn& e) { return ir::is_ref_write(e) || !ir::sub_jaxprs(e).empty(); }
 
 // Vector loads read again where a broadcast puts them in a dot's fragments (KernelPlan::
 // fragment_loads): the gather of the broadcast would otherwise go through shared memory with a
@@ -282,19 +275,14 @@ bool writes_memory(const ir::Eqn& e) {
 // broadcast through reshapes only, each value used once, and nothing between the load and the
 // broadcast may write memory.
 void fold_fragment_loads(const ir::Jaxpr& j, KernelPlan& P) {
-  std::unordered_map<int64_t, const ir::Eqn*> def;
-  std::unordered_map<int64_t, int> uses;
+  BodyUses bu(j);
+  auto& def = bu.def;
+  auto& uses = bu.uses;
   std::unordered_map<const ir::Eqn*, size_t> at;
   for (size_t n = 0; n < j.eqns.size(); ++n) {
-    const ir::Eqn& e = j.eqns[n];
-    at[&e] = n;
-    for (const ir::Atom& x : e.in)
-      if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
-    for (const ir::Var& o : e.out) def[o.id] = &e;
-    for (const ir::Jaxpr* s : ir::sub_jaxprs(e)) fold_fragment_loads(*s, P);
+    at[&j.eqns[n]] = n;
+    for (const ir::Jaxpr* s : ir::sub_jaxprs(j.eqns[n])) fold_fragment_loads(*s, P);
   }
-  for (const ir::Atom& x : j.outvars)
-    if (auto* v = std::get_if<ir::Var>(&x)) ++uses[v->id];
   for (const ir::Eqn& b : j.eqns) {
     if (b.prim->id != PrimId::broadcast_in_dim || P.layout_of(b.out[0]).kind != ValueLayout::Mma) continue;
     ir::Aval in = ir::atom_aval(b.in[0]);
