@@ -237,15 +237,16 @@ TEST(Vjp, LibraryMatmulAgreesWithItsBackwardMatmuls) {
   EXPECT_EQ(vec(ga[1]), vec(gh[1]));
 }
 
-// What it does not transpose yet: each refusal names the construct and points to custom_vjp.
-TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
+// Loops that carry state into the next iteration: the transpose runs the steps in reverse,
+// recomputing each step's incoming carries from the loop's start. A carry scaled every step, an
+// online maximum, a recurrence over loaded rows with a loop-invariant weight (its cotangent
+// summed over the steps) and a dynamic trip count.
+TEST(Vjp, LoopsCarryingState) {
   pl::Array x = N({8}, 61);
-  auto loop = pl::pallas_call(
-      [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::fori_loop(0, 3, pl::Value(x[pl::all]), [](pl::Value, pl::Value c) { return c * 2.0; }); },
-      pl::ShapeDtype({8}, pl::f64), {.name = "looped"});
-  EXPECT_THROW_MSG(pl::vjp(loop, {x}), "kernel 'looped'", "pl::vjp cannot transpose this kernel yet",
-                   "carry 0 of its fori_loop is not an accumulator", "pl::custom_vjp");
-  // an online maximum: the carry feeds the next step's term
+  auto scaled = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::fori_loop(0, 3, pl::Value(x[pl::all]), [](pl::Value, pl::Value c) { return c * c * 0.5; }); },
+      pl::ShapeDtype({8}, pl::f64), {.name = "scaled"});
+  expect_matches_fd(scaled, {x}, {N({8}, 62)});
   auto online = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
         o[pl::all] = pl::fori_loop(0, 2, pl::Value(pl::zeros({4}, pl::f64)), [&](pl::Value j, pl::Value c) {
@@ -253,14 +254,96 @@ TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
         });
       },
       pl::ShapeDtype({4}, pl::f64), {.name = "online"});
-  EXPECT_THROW_MSG(pl::vjp(online, {x}), "kernel 'online'", "carry 0 of its fori_loop", "pl::custom_vjp");
+  expect_matches_fd(online, {x}, {N({4}, 63)});
+  // h <- tanh(h * w + x[t]) over the rows of each program's block, rows 0..n with n from the
+  // program id (a dynamic trip count); two carries, one of them an integer count.
+  auto rnn = pl::pallas_call(
+      [](pl::Ref x, pl::Ref w, pl::Ref o) {
+        pl::Value wv = w[pl::all];
+        pl::Value n = pl::program_id(0) + 3;
+        auto r = pl::fori_loop(0, n, std::vector<pl::Value>{pl::zeros({6}, pl::f64), pl::Value(int32_t{0})},
+                               [&](pl::Value t, std::vector<pl::Value> c) {
+                                 return std::vector<pl::Value>{pl::tanh(c[0] * wv + x(t, pl::all)), c[1] + 1};
+                               });
+        o[pl::all] = r[0] * r[1].astype(pl::f64);
+      },
+      pl::ShapeDtype({12}, pl::f64),
+      {.grid = {2},
+       .in_specs = {pl::BlockSpec({pl::squeezed, 5, 6}, [](pl::Value i) { return pl::idx(i, 0, 0); }), whole({6})},
+       .out_specs = {pl::BlockSpec({6}, [](pl::Value i) { return pl::idx(i); })},
+       .name = "rnn"});
+  expect_matches_fd(rnn, {N({2, 5, 6}, 64), N({6}, 65)}, {N({12}, 66)});
+}
+
+// The library's flash attention forward (an online softmax over key blocks, the causal loop
+// bound depending on the program) differentiated automatically, against flash_attention_vjp's
+// hand-written backward kernels.
+TEST(Vjp, LibraryFlashAttentionAgreesWithItsBackwardKernels) {
+  const int64_t B = 1, H = 2, S = 32, D = 8;
+  pl::Array q = N({B, H, S, D}, 91), k = N({B, H, S, D}, 92), v = N({B, H, S, D}, 93), dout = N({B, H, S, D}, 94);
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "non-causal");
+    pl::kernels::AttentionConfig cfg{.block_q = 16, .block_k = 8, .causal = causal};
+    pl::Call fwd = pl::kernels::flash_attention(B, H, S, D, pl::f64, cfg);
+    expect_matches_fd(fwd, {q, k, v}, {dout});
+    auto [o1, auto_pb] = pl::vjp(fwd, {q, k, v});
+    auto [o2, hand_pb] = pl::vjp(pl::kernels::flash_attention_vjp(B, H, S, D, pl::f64, cfg), {q, k, v});
+    auto ga = auto_pb(dout), gh = hand_pb(dout);
+    for (int a = 0; a < 3; ++a) EXPECT_LT(rel_err(vec(ga[a]), vec(gh[a])), 1e-12) << "input " << a;
+  }
+}
+
+// Branches: the transpose is a branch on the same index whose cases send the results'
+// cotangents back through the case the forward took — to its operands, to values it captured,
+// and into the inputs it loads. A cond on the data, one on the program id whose branches load
+// different inputs, and a switch inside a loop that carries state.
+TEST(Vjp, Branches) {
+  auto on_data = pl::pallas_call(
+      [](pl::Ref x, pl::Ref w, pl::Ref o) {
+        pl::Value xv = x[pl::all], wv = w[pl::all];
+        o[pl::all] = pl::cond(pl::sum(xv) > 0.0, [&](std::vector<pl::Value> a) { return std::vector<pl::Value>{pl::exp(a[0]) * wv}; },
+                              [&](std::vector<pl::Value> a) { return std::vector<pl::Value>{a[0] * a[0]}; }, {xv})[0];
+      },
+      pl::ShapeDtype({4, 6}, pl::f64),
+      {.grid = {4}, .in_specs = {rows(1, 6), whole({1, 6})}, .out_specs = {rows(1, 6)}, .name = "on_data"});
+  expect_matches_fd(on_data, {N({4, 6}, 101), N({1, 6}, 102)}, {N({4, 6}, 103)});
+  auto on_program = pl::pallas_call(
+      [](pl::Ref x, pl::Ref y, pl::Ref o) {
+        o[pl::all] = pl::cond(pl::program_id(0) % 2 == 0, [&] { return pl::tanh(x[pl::all]); }, [&] { return pl::sin(y[pl::all]) * x[pl::all]; });
+      },
+      pl::ShapeDtype({4, 6}, pl::f64),
+      {.grid = {4}, .in_specs = {rows(1, 6), rows(1, 6)}, .out_specs = {rows(1, 6)}, .name = "on_program"});
+  expect_matches_fd(on_program, {N({4, 6}, 104), N({4, 6}, 105)}, {N({4, 6}, 106)});
+  auto switched = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = pl::fori_loop(0, 4, pl::Value(x(0, pl::all)), [&](pl::Value t, pl::Value c) {
+          return pl::switch_case(t % 3,
+                                 {[](const std::vector<pl::Value>& a) { return std::vector<pl::Value>{a[0] * 1.5}; },
+                                  [&](const std::vector<pl::Value>& a) { return std::vector<pl::Value>{pl::tanh(a[0] + x(t, pl::all))}; },
+                                  [](const std::vector<pl::Value>& a) { return std::vector<pl::Value>{a[0] * a[0] * 0.5}; }},
+                                 {c})[0];
+        });
+      },
+      pl::ShapeDtype({6}, pl::f64), {.name = "switched"});
+  expect_matches_fd(switched, {N({4, 6}, 107)}, {N({6}, 108)});
+}
+
+// What it does not transpose yet: each refusal names the construct and points to custom_vjp.
+TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
+  pl::Array x = N({8}, 61);
   auto branch = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
         o[pl::all] = x[pl::all];
         pl::when(pl::sum(x[pl::all]) > 0.0, [&] { o[pl::all] = x[pl::all] * 2.0; });
       },
       pl::ShapeDtype({8}, pl::f64), {.name = "branch"});
-  EXPECT_THROW_MSG(pl::vjp(branch, {x}), "kernel 'branch'", "cond", "pl::custom_vjp");
+  EXPECT_THROW_MSG(pl::vjp(branch, {x}), "kernel 'branch'", "writes a ref inside a branch", "pl::custom_vjp");
+  auto until = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = pl::while_loop(pl::Value(x[pl::all]), [](pl::Value c) { return pl::sum(c) < 100.0; }, [](pl::Value c) { return c * 2.0; });
+      },
+      pl::ShapeDtype({8}, pl::f64), {.name = "until"});
+  EXPECT_THROW_MSG(pl::vjp(until, {x}), "kernel 'until'", "while_loop", "pl::custom_vjp");
   auto read_back = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
         o[pl::all] = x[pl::all];

@@ -11,12 +11,14 @@
 //
 // It takes loads of inputs (masked: a masked atomic add, `+=` having no mask) and stores of
 // outputs (masked or not, any indexers; an output's stores must not overlap), the elementwise,
-// shape, reduction and dot primitives, and fori_loops whose carries accumulate (c' = c + g, g
-// not reading the carries: K loops of dots, sums over blocks), transposed into a second loop
-// over the same range. 16-bit inputs' cotangents accumulate in f32. A loop that carries state
-// or writes a ref, a while loop, a branch, an output read back, accumulated or with blocks past
-// its edge, an atomic, scratch, scalar prefetch or a primitive without a rule is refused with
-// an error that names it and points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
+// shape, reduction and dot primitives, and fori_loops: those whose carries accumulate (c' =
+// c + g, g not reading the carries: K loops of dots, sums over blocks) become a second loop
+// over the same range; those that carry state (an online softmax) a loop over the steps in
+// reverse that recomputes each step's incoming carries; and conds, as a cond on the same index.
+// 16-bit inputs' cotangents accumulate in f32. A loop or branch that writes a ref, a while
+// loop, an output read back, accumulated or with blocks past its edge, an atomic, scratch,
+// scalar prefetch or a primitive without a rule is refused with an error that names it and
+// points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -221,15 +223,19 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
   for (const ir::Eqn& e : j.eqns) {
     if (skip.count(&e)) continue;
     PrimId id = e.prim->id;
-    if (id == PrimId::while_loop || id == PrimId::cond)
-      refuse(s.what, "its kernel has a " + e.prim->name + " (only fori_loop is transposed, and branches are not yet)");
-    if (id == PrimId::fori_loop) {
-      if (ir::writes_any_ref(*e.params.get<ir::JaxprPtr>("body"))) refuse(s.what, "its kernel writes a ref inside a fori_loop");
+    if (id == PrimId::while_loop)
+      refuse(s.what, "its kernel has a while_loop (its trip count depends on the data; fori_loop and cond are transposed)");
+    if (id == PrimId::fori_loop || id == PrimId::cond) {
+      const char* where = id == PrimId::cond ? "a branch" : "a fori_loop";
+      std::vector<ir::JaxprPtr> subs = id == PrimId::cond ? e.params.get<std::vector<ir::JaxprPtr>>("branches")
+                                                         : std::vector<ir::JaxprPtr>{e.params.get<ir::JaxprPtr>("body")};
+      for (const ir::JaxprPtr& j : subs)
+        if (ir::writes_any_ref(*j)) refuse(s.what, std::string("its kernel writes a ref inside ") + where);
       for (const ir::Atom& a : e.in)
         if (auto* v = std::get_if<ir::Var>(&a); v && v->aval.is_ref) {
           auto r = s.root.find(v->id);
           if (r != s.root.end() && r->second >= static_cast<int>(s.nin))
-            refuse(s.what, "its kernel reads output " + std::to_string(r->second - static_cast<int>(s.nin)) + " inside a fori_loop");
+            refuse(s.what, "its kernel reads output " + std::to_string(r->second - static_cast<int>(s.nin)) + " inside " + where);
         }
     }
     if (id == PrimId::store) {
@@ -271,16 +277,9 @@ bool may_overlap(const ir::Eqn& a, const ir::Eqn& b) {
   return true;
 }
 
-// A fori_loop whose every carry accumulates, c' = c + g with g independent of the carries
-// (a matmul's K loop, a sum over blocks): the carries' cotangents are the same at every
-// iteration, so the transpose is another loop over the same range that replays the body and
-// sends them back through g; what it gives loop-invariant operands is summed in its carries,
-// what it gives loaded blocks is added into their inputs' cotangents. (Loops that carry state
-// into the next iteration — an online softmax — need their carries saved or recomputed: not
-// built yet.)
-void transpose_fori(const ir::Eqn& e, Tx& s) {
-  const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
-  const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
+// Whether every carry of a fori_loop body accumulates, c' = c + g with g independent of the
+// carries (a matmul's K loop, a sum over blocks); if so, the adds and each carry's term g.
+bool accumulating_carries(const ir::Jaxpr& body, size_t nc, std::unordered_set<const ir::Eqn*>& adds, std::vector<ir::Atom>& term) {
   std::unordered_map<int64_t, const ir::Eqn*> def;
   std::unordered_map<int64_t, int> uses;
   for (const ir::Eqn& q : body.eqns) {
@@ -290,23 +289,19 @@ void transpose_fori(const ir::Eqn& e, Tx& s) {
   }
   for (const ir::Atom& a : body.outvars)
     if (auto* v = std::get_if<ir::Var>(&a)) ++uses[v->id];
-  std::unordered_set<const ir::Eqn*> adds;
-  std::vector<ir::Atom> term(nc);  // g of each carry
+  term.assign(nc, ir::Atom());
   std::unordered_set<int64_t> tainted;
   for (size_t c = 0; c < nc; ++c) tainted.insert(body.invars[1 + c].id);
   for (size_t c = 0; c < nc; ++c) {
     const ir::Var& cv = body.invars[1 + c];
     auto* out = std::get_if<ir::Var>(&body.outvars[c]);
     auto d = out ? def.find(out->id) : def.end();
-    bool ok = is_float(cv.aval.dtype) && d != def.end() && d->second->prim->id == PrimId::add && uses[cv.id] == 1;
-    if (ok) {
-      const ir::Eqn& a = *d->second;
-      auto is_c = [&](const ir::Atom& x) { auto* v = std::get_if<ir::Var>(&x); return v && v->id == cv.id; };
-      ok = is_c(a.in[0]) != is_c(a.in[1]);
-      if (ok) term[c] = is_c(a.in[0]) ? a.in[1] : a.in[0], adds.insert(&a);
-    }
-    if (!ok)
-      refuse(s.what, "carry " + std::to_string(c) + " of its fori_loop is not an accumulator (carry + a term that does not depend on the carries); loops that carry state need their carries saved, not built yet");
+    if (!is_float(cv.aval.dtype) || d == def.end() || d->second->prim->id != PrimId::add || uses[cv.id] != 1) return false;
+    const ir::Eqn& a = *d->second;
+    auto is_c = [&](const ir::Atom& x) { auto* v = std::get_if<ir::Var>(&x); return v && v->id == cv.id; };
+    if (is_c(a.in[0]) == is_c(a.in[1])) return false;
+    term[c] = is_c(a.in[0]) ? a.in[1] : a.in[0];
+    adds.insert(&a);
   }
   for (const ir::Eqn& q : body.eqns) {  // the terms must not read a carry
     if (adds.count(&q)) continue;
@@ -317,8 +312,23 @@ void transpose_fori(const ir::Eqn& e, Tx& s) {
       for (const ir::Var& o : q.out) tainted.insert(o.id);
   }
   for (size_t c = 0; c < nc; ++c)
-    if (auto* v = std::get_if<ir::Var>(&term[c]); v && tainted.count(v->id))
-      refuse(s.what, "carry " + std::to_string(c) + " of its fori_loop feeds the next iteration's term; loops that carry state need their carries saved, not built yet");
+    if (auto* v = std::get_if<ir::Var>(&term[c]); v && tainted.count(v->id)) return false;
+  return true;
+}
+
+void transpose_fori_state(const ir::Eqn& e, Tx& s);
+
+// A fori_loop whose every carry accumulates, c' = c + g with g independent of the carries:
+// the carries' cotangents are the same at every iteration, so the transpose is another loop
+// over the same range that replays the body and sends them back through g; what it gives
+// loop-invariant operands is summed in its carries, what it gives loaded blocks is added into
+// their inputs' cotangents. Any other loop carries state: transpose_fori_state.
+void transpose_fori(const ir::Eqn& e, Tx& s) {
+  const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+  const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
+  std::unordered_set<const ir::Eqn*> adds;
+  std::vector<ir::Atom> term;  // g of each carry
+  if (!accumulating_carries(body, nc, adds, term)) return transpose_fori_state(e, s);
 
   std::vector<Value> ct_out(nc);
   bool any = false;
@@ -387,12 +397,175 @@ void transpose_fori(const ir::Eqn& e, Tx& s) {
   for (size_t j = 0; j < vconst.size(); ++j) s.add_ct(e.in[2 + nc + vconst[j]], res[j]);
 }
 
+// A fori_loop that carries state from one iteration to the next (c' = f(i, c, consts): an
+// online softmax, a recurrence). Its transpose is a loop running i from hi - 1 down to lo with
+// the carries' cotangents as its carries: at each step it recomputes the carries c_i the
+// forward had entering step i (the forward loop again from lo to i: the carries are
+// recomputed, not saved, so T steps cost T (T + 1) / 2 body evaluations), replays the body from
+// c_i and sends the cotangents of its results back to c_i, to the loop-invariant operands
+// (summed in further carries) and, through its loads, into the inputs' cotangents.
+void transpose_fori_state(const ir::Eqn& e, Tx& s) {
+  const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+  const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
+  std::vector<size_t> fc;  // the carries that take a cotangent (floating)
+  for (size_t c = 0; c < nc; ++c)
+    if (is_float(body.invars[1 + c].aval.dtype)) fc.push_back(c);
+  std::vector<Value> ct_out;
+  bool any = false;
+  for (size_t c : fc) {
+    auto it = s.ct.find(e.out[c].id);
+    any = any || it != s.ct.end();
+    ct_out.push_back(it != s.ct.end() ? it->second : zeros_like(s.get(e.out[c])));
+  }
+  if (!any) return;
+  std::vector<size_t> vconst;  // consts that take a cotangent (floating values)
+  for (size_t k = 0; k < nconst; ++k) {
+    const ir::Aval av = ir::atom_aval(e.in[2 + nc + k]);
+    if (!av.is_ref && is_float(av.dtype)) vconst.push_back(k);
+  }
+  std::vector<size_t> dx_in;
+  for (size_t r = 0; r < s.dx.size(); ++r)
+    if (s.dx[r].defined()) dx_in.push_back(r);
+  // the reverse loop: [j, ct carries..., ct consts..., lo, hi, init carries..., consts..., dx refs...]
+  ir::JaxprPtr rj;
+  {
+    trace::Frame f(&trace::require_frame("vjp").context(), true);
+    auto add = [&](ir::Aval av) {
+      av.weak = false;
+      return trace::make_value(f.add_invar(av));
+    };
+    Tx b;
+    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    Value j = add(body.invars[0].aval);
+    std::vector<Value> ctc, ctk;
+    for (size_t c : fc) ctc.push_back(add(body.invars[1 + c].aval));
+    for (size_t k : vconst) ctk.push_back(add(body.invars[1 + nc + k].aval));
+    Value lo = add(body.invars[0].aval), hi = add(body.invars[0].aval);
+    std::vector<Value> fwd_ops{lo, Value()};  // the recomputing loop: [lo, i, init..., consts...]
+    for (size_t c = 0; c < nc; ++c) fwd_ops.push_back(add(body.invars[1 + c].aval));
+    for (size_t k = 0; k < nconst; ++k) {
+      const ir::Var& v = body.invars[1 + nc + k];
+      b.p[v.id] = add(v.aval);
+      fwd_ops.push_back(b.p[v.id]);
+      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
+        auto r = s.root.find(o->id);
+        if (r != s.root.end()) b.root[v.id] = r->second;
+      }
+    }
+    b.dx.assign(s.dx.size(), Value());
+    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+    Value i = (lo + hi - 1 - j).astype(body.invars[0].aval.dtype);
+    fwd_ops[1] = i;
+    std::vector<Value> ci = trace::bind(PrimId::fori_loop, fwd_ops, e.params);
+    b.p[body.invars[0].id] = i;
+    for (size_t c = 0; c < nc; ++c) b.p[body.invars[1 + c].id] = ci.at(c);
+    std::vector<const ir::Eqn*> order = replay(body, b, nullptr);
+    for (size_t n = 0; n < fc.size(); ++n) b.add_ct(body.outvars[fc[n]], ctc[n]);
+    reverse(order, b);
+    std::vector<ir::Atom> outs;
+    for (size_t n = 0; n < fc.size(); ++n) {
+      auto it = b.ct.find(body.invars[1 + fc[n]].id);
+      outs.push_back(trace::atom_of(it == b.ct.end() ? zeros_like(ci[fc[n]]) : it->second, "vjp"));
+    }
+    for (size_t n = 0; n < vconst.size(); ++n) {
+      auto it = b.ct.find(body.invars[1 + nc + vconst[n]].id);
+      outs.push_back(trace::atom_of(it == b.ct.end() ? ctk[n] : ctk[n] + it->second, "vjp"));
+    }
+    rj = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+  }
+  Value lo = s.get(e.in[0]), hi = s.get(e.in[1]);
+  std::vector<Value> ops{lo, hi};
+  for (const Value& c : ct_out) ops.push_back(c);
+  for (size_t k : vconst) ops.push_back(zeros_like(s.get(e.in[2 + nc + k])));
+  ops.push_back(lo), ops.push_back(hi);
+  for (size_t c = 0; c < nc; ++c) ops.push_back(s.get(e.in[2 + c]));
+  for (size_t k = 0; k < nconst; ++k) ops.push_back(s.get(e.in[2 + nc + k]));
+  for (size_t r : dx_in) ops.push_back(s.dx[r]);
+  ir::Params prm = e.params;
+  prm.set("body", rj);
+  prm.set("num_carry", static_cast<int64_t>(fc.size() + vconst.size()));
+  std::vector<Value> res = trace::bind(PrimId::fori_loop, ops, prm);
+  for (size_t n = 0; n < fc.size(); ++n) s.add_ct(e.in[2 + fc[n]], res[n]);
+  for (size_t n = 0; n < vconst.size(); ++n) s.add_ct(e.in[2 + nc + vconst[n]], res[fc.size() + n]);
+}
+
+// A cond (pl::cond, pl::switch_case; pl::when with results): the transpose is a cond on the
+// same index whose branches replay their forward branch and send the results' cotangents back
+// to its operands and, through its loads, into the inputs' cotangents.
+void transpose_cond(const ir::Eqn& e, Tx& s) {
+  const auto& branches = e.params.get<std::vector<ir::JaxprPtr>>("branches");
+  const size_t nops = e.in.size() - 1;  // [index, operands and captured values...]
+  std::vector<size_t> fo;               // the results that take a cotangent
+  std::vector<Value> ct_out;
+  bool any = false;
+  for (size_t k = 0; k < e.out.size(); ++k) {
+    if (!is_float(e.out[k].aval.dtype)) continue;
+    auto it = s.ct.find(e.out[k].id);
+    any = any || it != s.ct.end();
+    fo.push_back(k);
+    ct_out.push_back(it != s.ct.end() ? it->second : zeros_like(s.get(e.out[k])));
+  }
+  if (!any) return;
+  std::vector<size_t> vop;  // operands that take a cotangent (floating values)
+  for (size_t k = 0; k < nops; ++k) {
+    const ir::Aval av = ir::atom_aval(e.in[1 + k]);
+    if (!av.is_ref && is_float(av.dtype)) vop.push_back(k);
+  }
+  std::vector<size_t> dx_in;
+  for (size_t r = 0; r < s.dx.size(); ++r)
+    if (s.dx[r].defined()) dx_in.push_back(r);
+  // each transposed branch: [ct results..., operands..., dx refs...] -> ct operands
+  std::vector<ir::JaxprPtr> tb;
+  for (const ir::JaxprPtr& br : branches) {
+    trace::Frame f(&trace::require_frame("vjp").context(), true);
+    auto add = [&](ir::Aval av) {
+      av.weak = false;
+      return trace::make_value(f.add_invar(av));
+    };
+    Tx b;
+    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    std::vector<Value> cto;
+    for (size_t k : fo) cto.push_back(add(e.out[k].aval));
+    for (size_t k = 0; k < nops; ++k) {
+      const ir::Var& v = br->invars[k];
+      b.p[v.id] = add(v.aval);
+      if (auto* o = std::get_if<ir::Var>(&e.in[1 + k]); o && v.aval.is_ref) {
+        auto r = s.root.find(o->id);
+        if (r != s.root.end()) b.root[v.id] = r->second;
+      }
+    }
+    b.dx.assign(s.dx.size(), Value());
+    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+    std::vector<const ir::Eqn*> order = replay(*br, b, nullptr);
+    for (size_t n = 0; n < fo.size(); ++n) b.add_ct(br->outvars[fo[n]], cto[n]);
+    reverse(order, b);
+    std::vector<ir::Atom> outs;
+    for (size_t k : vop) {
+      auto it = b.ct.find(br->invars[k].id);
+      outs.push_back(trace::atom_of(it == b.ct.end() ? zeros_like(b.p.at(br->invars[k].id)) : it->second, "vjp"));
+    }
+    tb.push_back(std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr)));
+  }
+  std::vector<Value> ops{s.get(e.in[0])};
+  for (const Value& c : ct_out) ops.push_back(c);
+  for (size_t k = 0; k < nops; ++k) ops.push_back(s.get(e.in[1 + k]));
+  for (size_t r : dx_in) ops.push_back(s.dx[r]);
+  ir::Params prm = e.params;
+  prm.set("branches", tb);
+  std::vector<Value> res = trace::bind(PrimId::cond, ops, prm);
+  for (size_t n = 0; n < vop.size(); ++n) s.add_ct(e.in[1 + vop[n]], res[n]);
+}
+
 void reverse(const std::vector<const ir::Eqn*>& order, Tx& s) {
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const ir::Eqn& e = **it;
     PrimId id = e.prim->id;
     if (id == PrimId::fori_loop) {
       transpose_fori(e, s);
+      continue;
+    }
+    if (id == PrimId::cond) {
+      transpose_cond(e, s);
       continue;
     }
     if (e.out.empty()) continue;
