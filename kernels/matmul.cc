@@ -11,7 +11,9 @@ Call matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, Ma
   int64_t steps = k / bk;
   const bool ta = cfg.trans_a, tb = cfg.trans_b;
   auto kernel = [=](Ref a, Ref b, Ref o) {
-    Value acc = fori_loop(0, steps, zeros({bm, bn}, DType::F32), [&](Value s, Value acc) {
+    // f32 accumulation (f64 for f64 operands: a dot of f64 operands is f64)
+    const DType acc_t = in_dtype == DType::F64 ? DType::F64 : DType::F32;
+    Value acc = fori_loop(0, steps, zeros({bm, bn}, acc_t), [&](Value s, Value acc) {
       Value x = ta ? a(ds(s * bk, bk), all) : a(all, ds(s * bk, bk));
       Value y = tb ? b(all, ds(s * bk, bk)) : b(ds(s * bk, bk), all);
       if (x.dtype() != in_dtype) x = x.astype(in_dtype);

@@ -385,10 +385,11 @@ TEST(CustomVjpKernels, NormsLowPrecisionAgainstF64Reference) {
 // matmul's two backward matmuls (dC B^T and A^T dC, by matmul with trans_b and trans_a):
 // small integers, so every product and sum is exact in bf16 and tf32 and the gradients equal
 // the reference rounded once; a cotangent in f32 for bf16 inputs is converted as it is read; sizes
-// whose backward reductions do not divide block_k.
+// whose backward reductions do not divide block_k; f64 operands (accumulated in f64).
 TEST(CustomVjpKernels, MatmulBackwardMatmulsAreExact) {
   auto ints = [](pl::Shape s, uint64_t seed, pl::DType t) { return pl::random::randint(s, pl::i32, seed, -4, 5).astype(t); };
-  for (auto [in, out] : std::vector<std::pair<pl::DType, pl::DType>>{{pl::bf16, pl::bf16}, {pl::bf16, pl::f32}, {pl::f32, pl::f32}}) {
+  for (auto [in, out] : std::vector<std::pair<pl::DType, pl::DType>>{
+           {pl::bf16, pl::bf16}, {pl::bf16, pl::f32}, {pl::f32, pl::f32}, {pl::f64, pl::f64}}) {  // f64 accumulates in f64
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{64, 48, 32}, {40, 24, 64}}) {
       SCOPED_TRACE(std::string(pl::dtype_name(in)) + "->" + pl::dtype_name(out) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
                    std::to_string(k));

@@ -5,7 +5,8 @@
 
 namespace pallas::kernels {
 
-// C[M,N] = A[M,K] @ B[K,N]: one program per (block_m x block_n) tile of C, a fori_loop over K.
+// C[M,N] = A[M,K] @ B[K,N]: one program per (block_m x block_n) tile of C, a fori_loop over K
+// accumulating in f32 (f64 for f64 operands).
 // The default tile is a tensor-core one that fits any GPU's shared memory (3 stages of 32 KB
 // for 16-bit inputs); tuned_matmul also tries 128 x 256, cuBLAS' tile, faster on sm_90.
 struct MatmulConfig {
