@@ -89,19 +89,22 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
         s = where(rows >= cols, s, -INFINITY);
       }
       if (segments) {
-        // A finite mask: a block may hide a row's every key (an earlier segment's), and -inf
-        // there would make the running maximum -inf and its rescale NaN. The row's first real
-        // key rescales what such blocks added by exp2(-huge) = 0.
         Value seg_k = r[3](ds(j * bk, bk));
-        s = where(expand_dims(seg_q, 1) == expand_dims(seg_k, 0), s, full_like(s, kSegmentMask));
+        s = where(expand_dims(seg_q, 1) == expand_dims(seg_k, 0), s, -INFINITY);
       }
       // In base 2, as Triton's fused-attention tutorial: m is the running row maximum of
       // s * scale * log2(e) (max(s) * c is max(s * c) exactly for c > 0), and p = 2^(s*c - m)
       // is the same softmax numerator as e^(s*scale - m'), one multiply-add and an exp2 an
       // element instead of a multiply, a subtract and an exp.
       Value m_new = maximum(c[0], max(s, 1) * scale_log2);
-      Value alpha = exp2(c[0] - m_new);
-      Value p = exp2(s * scale_log2 - expand_dims(m_new, 1));
+      // With segments a block may hide every key of a row (an earlier segment's): its maximum
+      // stays -inf, and 2^(-inf - -inf) would be NaN, so such rows subtract 0 instead (their p
+      // is 2^-inf = 0, and their alpha too). (A finite mask value, JAX's DEFAULT_MASK_VALUE,
+      // breaks on the GPU: s * c - m contracts into one fma whose unrounded product minus the
+      // rounded m is off by up to 2^72 for |s| near 1e38, so p is 2^(+huge) = inf.)
+      Value m_sub = segments ? where(m_new == -INFINITY, zeros_like(m_new), m_new) : m_new;
+      Value alpha = exp2(c[0] - m_sub);
+      Value p = exp2(s * scale_log2 - expand_dims(m_sub, 1));
       Value l_new = c[1] * alpha + sum(p, 1);
       Value acc = c[2] * expand_dims(alpha, 1) + dot(p.astype(dtype), vb);
       return std::vector<Value>{m_new, l_new, acc};

@@ -17,8 +17,5 @@ int64_t block_size(const char* kernel, const char* what, int64_t given, int64_t 
 double softmax_scale(const AttentionConfig& cfg, int64_t head_dim);
 // The segment ids' block: batch b's whole row [S] (grids (B, heads, blocks)).
 BlockSpec segment_spec(int64_t seq);
-// The forward's score for a key in another segment: finite (JAX's DEFAULT_MASK_VALUE), see
-// attention.cc.
-constexpr double kSegmentMask = -0.7 * 3.4028234663852886e38;
 
 }  // namespace pallas::kernels::detail_attention

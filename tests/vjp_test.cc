@@ -21,8 +21,9 @@ namespace {
 pl::Array N(pl::Shape s, uint64_t seed, pl::DType t = pl::f64) { return pl::random::normal(s, t, seed); }
 
 // <grad_k, v> against central differences of f along a random v, for every floating input.
-void expect_matches_fd(const pl::Call& f, const std::vector<pl::Array>& x, const std::vector<pl::Array>& ct, double tol = 1e-7) {
-  auto [outs, pullback] = pl::vjp(f, x);
+void expect_matches_fd(const pl::Call& f, const std::vector<pl::Array>& x, const std::vector<pl::Array>& ct, double tol = 1e-7,
+                       pl::VjpOptions opts = {}) {
+  auto [outs, pullback] = pl::vjp(f, x, opts);
   std::vector<pl::Array> g = pullback(ct);
   ASSERT_EQ(g.size(), x.size());
   for (size_t k = 0; k < x.size(); ++k) {
@@ -238,15 +239,19 @@ TEST(Vjp, LibraryMatmulAgreesWithItsBackwardMatmuls) {
 }
 
 // Loops that carry state into the next iteration: the transpose runs the steps in reverse,
-// recomputing each step's incoming carries from the loop's start. A carry scaled every step, an
-// online maximum, a recurrence over loaded rows with a loop-invariant weight (its cotangent
-// summed over the steps) and a dynamic trip count.
+// with each step's incoming carries saved by the replayed forward (static bounds) or
+// recomputed from the loop's start; both ways agree. A carry squared every step, an online
+// maximum, a recurrence over loaded rows with a loop-invariant weight (its cotangent summed
+// over the steps), an integer counter carry, and a dynamic trip count.
 TEST(Vjp, LoopsCarryingState) {
+ for (pl::VjpCarries how : {pl::VjpCarries::Saved, pl::VjpCarries::Recomputed}) {
+  SCOPED_TRACE(how == pl::VjpCarries::Saved ? "saved" : "recomputed");
+  const pl::VjpOptions opts{.carries = how};
   pl::Array x = N({8}, 61);
   auto scaled = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::fori_loop(0, 3, pl::Value(x[pl::all]), [](pl::Value, pl::Value c) { return c * c * 0.5; }); },
       pl::ShapeDtype({8}, pl::f64), {.name = "scaled"});
-  expect_matches_fd(scaled, {x}, {N({8}, 62)});
+  expect_matches_fd(scaled, {x}, {N({8}, 62)}, 1e-7, opts);
   auto online = pl::pallas_call(
       [](pl::Ref x, pl::Ref o) {
         o[pl::all] = pl::fori_loop(0, 2, pl::Value(pl::zeros({4}, pl::f64)), [&](pl::Value j, pl::Value c) {
@@ -254,7 +259,7 @@ TEST(Vjp, LoopsCarryingState) {
         });
       },
       pl::ShapeDtype({4}, pl::f64), {.name = "online"});
-  expect_matches_fd(online, {x}, {N({4}, 63)});
+  expect_matches_fd(online, {x}, {N({4}, 63)}, 1e-7, opts);
   // h <- tanh(h * w + x[t]) over the rows of each program's block, rows 0..n with n from the
   // program id (a dynamic trip count); two carries, one of them an integer count.
   auto rnn = pl::pallas_call(
@@ -272,7 +277,28 @@ TEST(Vjp, LoopsCarryingState) {
        .in_specs = {pl::BlockSpec({pl::squeezed, 5, 6}, [](pl::Value i) { return pl::idx(i, 0, 0); }), whole({6})},
        .out_specs = {pl::BlockSpec({6}, [](pl::Value i) { return pl::idx(i); })},
        .name = "rnn"});
-  expect_matches_fd(rnn, {N({2, 5, 6}, 64), N({6}, 65)}, {N({12}, 66)});
+  expect_matches_fd(rnn, {N({2, 5, 6}, 64), N({6}, 65)}, {N({12}, 66)}, 1e-7, opts);
+  // static bounds, three carries (a row, a matrix, a count), over a grid of 2 x 3 programs:
+  // each program's tape is its own
+  auto gated = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        auto r = pl::fori_loop(1, 5, std::vector<pl::Value>{pl::zeros({4}, pl::f64), pl::zeros({2, 4}, pl::f64), pl::Value(int32_t{0})},
+                               [&](pl::Value t, std::vector<pl::Value> c) {
+                                 pl::Value xt = x(t, pl::all);
+                                 pl::Value h = pl::logistic(c[0] + xt) * pl::exp(pl::sum(c[1], 0) * 0.25);
+                                 pl::Value rows = pl::iota(pl::i32, {2, 4}, 0).astype(pl::f64);
+                                 pl::Value m = c[1] * 0.5 + pl::expand_dims(h, 0) * (rows + 1.0);
+                                 return std::vector<pl::Value>{h, m, c[2] + t};
+                               });
+        o[pl::all] = r[0] + pl::sum(r[1], 0) * r[2].astype(pl::f64);
+      },
+      pl::ShapeDtype({2, 3, 4}, pl::f64),
+      {.grid = {2, 3},
+       .in_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, 5, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j, 0, 0); })},
+       .out_specs = {pl::BlockSpec({pl::squeezed, pl::squeezed, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j, 0); })},
+       .name = "gated"});
+  expect_matches_fd(gated, {N({2, 3, 5, 4}, 67)}, {N({2, 3, 4}, 68)}, 1e-7, opts);
+ }
 }
 
 // The library's flash attention forward (an online softmax over key blocks, the causal loop
@@ -286,10 +312,13 @@ TEST(Vjp, LibraryFlashAttentionAgreesWithItsBackwardKernels) {
     pl::kernels::AttentionConfig cfg{.block_q = 16, .block_k = 8, .causal = causal};
     pl::Call fwd = pl::kernels::flash_attention(B, H, S, D, pl::f64, cfg);
     expect_matches_fd(fwd, {q, k, v}, {dout});
-    auto [o1, auto_pb] = pl::vjp(fwd, {q, k, v});
     auto [o2, hand_pb] = pl::vjp(pl::kernels::flash_attention_vjp(B, H, S, D, pl::f64, cfg), {q, k, v});
-    auto ga = auto_pb(dout), gh = hand_pb(dout);
-    for (int a = 0; a < 3; ++a) EXPECT_LT(rel_err(vec(ga[a]), vec(gh[a])), 1e-12) << "input " << a;
+    auto gh = hand_pb(dout);
+    for (pl::VjpCarries how : {pl::VjpCarries::Saved, pl::VjpCarries::Recomputed}) {
+      auto [o1, auto_pb] = pl::vjp(fwd, {q, k, v}, {.carries = how});
+      auto ga = auto_pb(dout);
+      for (int a = 0; a < 3; ++a) EXPECT_LT(rel_err(vec(ga[a]), vec(gh[a])), 1e-12) << "input " << a;
+    }
   }
 }
 

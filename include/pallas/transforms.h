@@ -130,15 +130,28 @@ class CustomVjp {
 using VjpResult = std::pair<std::vector<Array>, VjpFn>;
 // The primal outputs of f at primals, and the pullback: auto [outs, f_vjp] = pl::vjp(f, {x});
 VjpResult vjp(const CustomVjp& f, const std::vector<Array>& primals);
+// How the transposed kernel gets the carries a loop that carries state (an online softmax, a
+// recurrence) had entering each step, as jax.checkpoint chooses between saving and
+// recomputing:
+//   Saved: the replayed forward writes them per step to a tape in global memory (per program:
+//     the steps times the carries' bytes), and the reverse loop reads them back; for loops at
+//     the kernel's top level with static bounds (others are recomputed);
+//   Recomputed: each step of the reverse loop runs the forward loop again from its start (no
+//     memory; T steps cost T (T + 1) / 2 body evaluations instead of 2 T).
+enum class VjpCarries { Saved, Recomputed };
+struct VjpOptions {
+  VjpCarries carries = VjpCarries::Saved;
+};
 // Reverse mode of a plain pallas_call, automatic: the kernel is transposed into a second
 // pallas_call over the same grid (its primal values recomputed there, nothing saved but the
-// inputs), which the pullback runs. Every floating input gets a cotangent; an input block
-// several programs read gets the sum of their contributions. For now: loads of inputs, stores
-// of outputs (masked or not), elementwise, shape, reduction and dot primitives, and fori_loops
-// whose carries accumulate (a K loop of dots); a loop that carries state, a branch, an output
-// read back or accumulated, an atomic, scratch, scalar prefetch or a primitive without a rule
-// is refused with a pl::Error that names it and points to custom_vjp (docs/transforms.md, "vjp").
-VjpResult vjp(const Call& f, const std::vector<Array>& primals);
+// inputs and, by default, the carries of loops that carry state), which the pullback runs.
+// Every floating input gets a cotangent; an input block several programs read gets the sum of
+// their contributions. It takes loads of inputs, stores of outputs (masked or not),
+// elementwise, shape, reduction and dot primitives, fori_loops (accumulating or carrying state)
+// and conds; a while_loop, a ref written inside a loop or branch, an output read back or
+// accumulated, an atomic, scratch, scalar prefetch or a primitive without a rule is refused
+// with a pl::Error that names it and points to custom_vjp (docs/transforms.md, "vjp").
+VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts = {});
 
 // ---- vmap (batching) ----
 

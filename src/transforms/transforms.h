@@ -48,7 +48,9 @@ Value wins(const Value& a, const Value& b, bool is_max, const Value& like);
 // The transposed call of a straight-line kernel (vjp.cc): inputs, then one cotangent per
 // output, then zeros for each floating input's cotangent; outputs: those cotangents (aliased to
 // the zeros). Throws a pl::Error naming what it cannot transpose, pointing to custom_vjp.
-core::PallasCall vjp_pallas_call(const core::PallasCall& c);
+// With VjpCarries::Saved, a tape output per carry of each top-level loop that carries state
+// (static bounds) follows the cotangents: [programs, steps, carry shape...], for the kernel only.
+core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts = {});
 
 // ---- batching ----
 // Rewrites one equation of a kernel placed under `shift` new leading grid axes.

@@ -186,6 +186,13 @@ struct Tx {
   std::vector<Value> dx;                  // per kernel input: its cotangent ref in this frame (undefined: none)
   std::vector<ir::Aval> dx_aval;          // their refs' avals
   size_t nin = 0;
+  // Top-level loops whose carries are saved (VjpCarries::Saved): per loop, one tape ref per
+  // carry ([steps, carry shape...] of this program), written by the replayed forward.
+  struct Tape {
+    std::vector<Value> refs;
+    int64_t lo = 0;
+  };
+  std::unordered_map<const ir::Eqn*, Tape> tapes;
 
   Value get(const ir::Atom& a) const {
     if (auto* v = std::get_if<ir::Var>(&a)) {
@@ -214,6 +221,8 @@ struct Store {
   const ir::Eqn* e;
   int output;
 };
+
+std::vector<Value> saving_loop(const ir::Eqn& e, Tx& s, const Tx::Tape& tape);
 
 // Replays j's equations (all but `skip` and the stores, which are recorded; stores only at the
 // kernel's top level) and returns them in order.
@@ -249,6 +258,12 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
       refuse(s.what, "its kernel uses " + e.prim->name + " (an accumulation or read-modify-write of a ref)");
     if (id == PrimId::load && s.root_of(e) >= static_cast<int>(s.nin))
       refuse(s.what, "its kernel reads output " + std::to_string(s.root_of(e) - static_cast<int>(s.nin)) + " back");
+    if (auto t = s.tapes.find(&e); t != s.tapes.end()) {
+      std::vector<Value> y = saving_loop(e, s, t->second);
+      for (size_t k = 0; k < e.out.size(); ++k) s.p[e.out[k].id] = y.at(k);
+      order.push_back(&e);
+      continue;
+    }
     std::vector<Value> x;
     for (const ir::Atom& a : e.in) x.push_back(s.get(a));
     std::vector<Value> y = trace::bind(id, x, e.params);
@@ -256,6 +271,56 @@ std::vector<const ir::Eqn*> replay(const ir::Jaxpr& j, Tx& s, std::vector<Store>
     order.push_back(&e);
   }
   return order;
+}
+
+// The indexers of step k of a tape: [k, all of the carry's dimensions].
+Indexers tape_step(const Value& k, size_t carry_rank) {
+  Indexers idx{Indexer(k)};
+  for (size_t d = 0; d < carry_rank; ++d) idx.push_back(all);
+  return idx;
+}
+
+// The forward loop as replayed when its carries are saved: the same body, which first writes
+// the carries entering step i to step i - lo of the tapes.
+std::vector<Value> saving_loop(const ir::Eqn& e, Tx& s, const Tx::Tape& tape) {
+  const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+  const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
+  ir::JaxprPtr sj;
+  {
+    trace::Frame f(&trace::require_frame("vjp").context(), true);
+    auto add = [&](ir::Aval av) {
+      av.weak = false;
+      return trace::make_value(f.add_invar(av));
+    };
+    Tx b;
+    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    b.dx.assign(s.dx.size(), Value());
+    Value i = add(body.invars[0].aval);
+    b.p[body.invars[0].id] = i;
+    for (size_t c = 0; c < nc; ++c) b.p[body.invars[1 + c].id] = add(body.invars[1 + c].aval);
+    for (size_t k = 0; k < nconst; ++k) {
+      const ir::Var& v = body.invars[1 + nc + k];
+      b.p[v.id] = add(v.aval);
+      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
+        auto r = s.root.find(o->id);
+        if (r != s.root.end()) b.root[v.id] = r->second;
+      }
+    }
+    for (size_t c = 0; c < nc; ++c) {
+      Value t = add(ir::atom_aval(trace::atom_of(tape.refs[c], "vjp")));
+      store(Ref(t), tape_step(i - static_cast<int>(tape.lo), body.invars[1 + c].aval.shape.size()), b.p[body.invars[1 + c].id]);
+    }
+    replay(body, b, nullptr);
+    std::vector<ir::Atom> outs;
+    for (size_t c = 0; c < nc; ++c) outs.push_back(trace::atom_of(b.get(body.outvars[c]), "vjp"));
+    sj = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+  }
+  std::vector<Value> ops;
+  for (const ir::Atom& a : e.in) ops.push_back(s.get(a));
+  for (const Value& t : tape.refs) ops.push_back(t);
+  ir::Params prm = e.params;
+  prm.set("body", sj);
+  return trace::bind(PrimId::fori_loop, ops, prm);
 }
 
 void reverse(const std::vector<const ir::Eqn*>& order, Tx& s);
@@ -426,7 +491,9 @@ void transpose_fori_state(const ir::Eqn& e, Tx& s) {
   std::vector<size_t> dx_in;
   for (size_t r = 0; r < s.dx.size(); ++r)
     if (s.dx[r].defined()) dx_in.push_back(r);
-  // the reverse loop: [j, ct carries..., ct consts..., lo, hi, init carries..., consts..., dx refs...]
+  auto tape_it = s.tapes.find(&e);
+  const Tx::Tape* tape = tape_it == s.tapes.end() ? nullptr : &tape_it->second;
+  // the reverse loop: [j, ct carries..., ct consts..., lo, hi, init carries..., consts..., dx refs..., tapes...]
   ir::JaxprPtr rj;
   {
     trace::Frame f(&trace::require_frame("vjp").context(), true);
@@ -455,8 +522,16 @@ void transpose_fori_state(const ir::Eqn& e, Tx& s) {
     b.dx.assign(s.dx.size(), Value());
     for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
     Value i = (lo + hi - 1 - j).astype(body.invars[0].aval.dtype);
-    fwd_ops[1] = i;
-    std::vector<Value> ci = trace::bind(PrimId::fori_loop, fwd_ops, e.params);
+    std::vector<Value> ci;
+    if (tape) {  // saved by the replayed forward
+      for (size_t c = 0; c < nc; ++c) {
+        Value t = add(ir::atom_aval(trace::atom_of(tape->refs[c], "vjp")));
+        ci.push_back(load(Ref(t), tape_step(i - static_cast<int>(tape->lo), body.invars[1 + c].aval.shape.size())));
+      }
+    } else {  // recomputed: the forward loop again, from lo to i
+      fwd_ops[1] = i;
+      ci = trace::bind(PrimId::fori_loop, fwd_ops, e.params);
+    }
     b.p[body.invars[0].id] = i;
     for (size_t c = 0; c < nc; ++c) b.p[body.invars[1 + c].id] = ci.at(c);
     std::vector<const ir::Eqn*> order = replay(body, b, nullptr);
@@ -481,6 +556,8 @@ void transpose_fori_state(const ir::Eqn& e, Tx& s) {
   for (size_t c = 0; c < nc; ++c) ops.push_back(s.get(e.in[2 + c]));
   for (size_t k = 0; k < nconst; ++k) ops.push_back(s.get(e.in[2 + nc + k]));
   for (size_t r : dx_in) ops.push_back(s.dx[r]);
+  if (tape)
+    for (const Value& t : tape->refs) ops.push_back(t);
   ir::Params prm = e.params;
   prm.set("body", rj);
   prm.set("num_carry", static_cast<int64_t>(fc.size() + vconst.size()));
@@ -603,7 +680,62 @@ void reverse(const std::vector<const ir::Eqn*>& order, Tx& s) {
 
 }  // namespace
 
-core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
+namespace {
+
+// The loops whose carries the transposed kernel saves: top-level fori_loops that carry state,
+// with static bounds, while all their tapes stay within kMaxTapeBytes (the rest recompute).
+constexpr int64_t kMaxTapeBytes = int64_t{1} << 30;
+struct SavedLoop {
+  const ir::Eqn* loop;
+  int64_t lo, steps;
+};
+std::vector<SavedLoop> loops_to_save(const ir::Jaxpr& kj, int64_t programs) {
+  std::vector<SavedLoop> r;
+  int64_t bytes = 0;
+  for (const ir::Eqn& e : kj.eqns) {
+    if (e.prim->id != PrimId::fori_loop) continue;
+    auto *lo = std::get_if<ir::Literal>(&e.in[0]), *hi = std::get_if<ir::Literal>(&e.in[1]);
+    if (!lo || !hi || hi->as_int() <= lo->as_int()) continue;
+    const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
+    const size_t nc = static_cast<size_t>(e.params.get_int("num_carry"));
+    std::unordered_set<const ir::Eqn*> adds;
+    std::vector<ir::Atom> term;
+    if (nc == 0 || accumulating_carries(body, nc, adds, term)) continue;
+    const int64_t steps = hi->as_int() - lo->as_int();
+    int64_t per_step = 0;
+    for (size_t c = 0; c < nc; ++c) per_step += body.invars[1 + c].aval.size() * static_cast<int64_t>(itemsize(body.invars[1 + c].aval.dtype));
+    if (bytes + programs * steps * per_step > kMaxTapeBytes) continue;
+    bytes += programs * steps * per_step;
+    r.push_back({&e, lo->as_int(), steps});
+  }
+  return r;
+}
+
+// The block of a tape: program p (row-major over the grid) writes row p.
+core::BlockMapping tape_mapping(const std::string& what, const std::vector<int64_t>& grid, int64_t programs, int64_t steps,
+                                const ir::Aval& carry) {
+  core::BlockMapping m;
+  m.what = what;
+  m.array.shape = {programs, steps};
+  m.array.shape.insert(m.array.shape.end(), carry.shape.begin(), carry.shape.end());
+  m.array.dtype = carry.dtype;
+  m.block_shape = m.array.shape;
+  m.block_shape[0] = 1;
+  m.squeezed.assign(m.array.shape.size(), false);
+  m.squeezed[0] = true;
+  trace::KernelContext ctx{what, grid, false};
+  trace::Frame f(&ctx, false);
+  Value lin(0);
+  for (size_t k = 0; k < grid.size(); ++k) lin = lin * static_cast<int>(grid[k]) + trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32)));
+  std::vector<ir::Atom> outs{trace::atom_of(lin.astype(DType::I32), "vjp")};
+  for (size_t d = 1; d < m.array.shape.size(); ++d) outs.push_back(ir::Literal::of_int(0, DType::I32));
+  m.index_map = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+  return m;
+}
+
+}  // namespace
+
+core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
   const std::string& what = c.what;
   if (c.grid.num_dynamic_bounds() > 0) refuse(what, "its grid has dynamic bounds");
   if (!c.grid.prefetch.empty()) refuse(what, "it takes scalar prefetch operands");
@@ -627,6 +759,10 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     if (is_float(c.grid.inputs[k].array.dtype)) diff.push_back(k);
   const ir::Jaxpr& kj = *c.kernel;
   const auto& kin = kj.invars;
+  int64_t programs = 1;
+  for (int64_t g : c.grid.grid) programs *= g;
+  const std::vector<SavedLoop> saved = opts.carries == VjpCarries::Saved ? loops_to_save(kj, programs) : std::vector<SavedLoop>{};
+  std::vector<core::BlockMapping> tapes;
 
   trace::KernelContext ctx{what, c.grid.grid, true};
   ir::Jaxpr body;
@@ -649,6 +785,18 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     s.dx_aval.assign(nin, ir::Aval());
     for (size_t k : diff) s.dx[k] = trace::make_value(f.add_invar(acc_aval(k))), s.dx_aval[k] = acc_aval(k);
     for (size_t k = 0; k < nin + nout; ++k) s.root[kin[k].id] = static_cast<int>(k);
+    for (const SavedLoop& l : saved) {  // the tapes, after the cotangents
+      Tx::Tape& t = s.tapes[l.loop];
+      t.lo = l.lo;
+      const ir::Jaxpr& lb = *l.loop->params.get<ir::JaxprPtr>("body");
+      for (size_t k = 0; k < static_cast<size_t>(l.loop->params.get_int("num_carry")); ++k) {
+        const ir::Aval& cv = lb.invars[1 + k].aval;
+        Shape shape{l.steps};
+        shape.insert(shape.end(), cv.shape.begin(), cv.shape.end());
+        t.refs.push_back(trace::make_value(f.add_invar(ir::Aval::ref(shape, cv.dtype))));
+        tapes.push_back(tape_mapping("tape of carry " + std::to_string(k) + " of a fori_loop", c.grid.grid, programs, l.steps, cv));
+      }
+    }
 
     std::vector<Store> stores;
     std::vector<const ir::Eqn*> order = replay(kj, s, &stores);
@@ -701,6 +849,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
     n.grid.outputs.back().what = "cotangent of " + c.grid.inputs[diff[j]].what;
     n.aliases[static_cast<int>(nin + nout + j)] = static_cast<int>(j);
   }
+  for (core::BlockMapping& t : tapes) n.grid.outputs.push_back(std::move(t));
   n.cost_estimate.reset();
   return n;
 }
@@ -711,7 +860,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c) {
 namespace pallas {
 using namespace transforms;
 
-VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
+VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts) {
   if (!f.state()) throw Error("pl::vjp: empty Call");
   const std::string& what = f.state()->what;
   if (num_dynamic_args(f) > 0) refuse(what, "its grid has dynamic bounds");
@@ -725,8 +874,9 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
   // backend's compiled kernel).
   std::string key;
   for (const ShapeDtype& s : shapes) key += s.str() + ";";
+  key += opts.carries == VjpCarries::Saved ? "saved" : "recomputed";
   std::shared_ptr<const core::PallasCall> tc =
-      cached_rewrite<core::PallasCall>(f, key, std::function<core::PallasCall()>([&] { return vjp_pallas_call(pc); }));
+      cached_rewrite<core::PallasCall>(f, key, std::function<core::PallasCall()>([&] { return vjp_pallas_call(pc, opts); }));
   // As a custom_vjp pair: f is the forward (nothing saved but its inputs), the transposed call
   // the backward, given the inputs, the output cotangents and zeros for the input cotangents.
   std::vector<int> all(primals.size());
@@ -749,6 +899,7 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals) {
         if (g[j].dtype() != s.dtype) g[j] = g[j].astype(s.dtype);
         ++j;
       }
+    g.resize(j);  // the tapes of saved carries stay behind
     return g;
   };
   CustomVjp pair = custom_vjp(f, bwd, f.num_outputs(), {.residual_inputs = all}, "the transposed kernel");
