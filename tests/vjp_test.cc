@@ -9,6 +9,7 @@
 
 #include <pallas/kernels.h>
 
+#include "src/transforms/transforms.h"
 #include "tests/test_util.h"
 #include "tests/transforms_util.h"
 
@@ -355,6 +356,41 @@ TEST(Vjp, Branches) {
       },
       pl::ShapeDtype({6}, pl::f64), {.name = "switched"});
   expect_matches_fd(switched, {N({4, 6}, 107)}, {N({6}, 108)});
+}
+
+// The transposed call's shape: an input each program reads once, in a block of its own (a
+// softmax's rows), gets its cotangent stored directly in its dtype — no zeros, no f32
+// accumulator; a block every program reads (a norm's weight) adds into zeros in f32, aliased;
+// a loop that carries state with static bounds gets one tape output per carry.
+TEST(Vjp, TransposedCallStoresExclusiveCotangentsAndSavesTapes) {
+  const int64_t R = 8, C = 16;
+  pl::Call ln = pl::kernels::layer_norm(R, C, pl::bf16, 1e-5, {.block_rows = 2});
+  const auto& fwd = pl::transforms::pallas_call_of(ln, {{{R, C}, pl::bf16}, {{C}, pl::bf16}, {{C}, pl::bf16}});
+  auto t = pl::transforms::vjp_pallas_call(fwd);
+  // inputs: x, w, b, dy, zeros for dw and db; outputs: dx (bf16), dw, db (f32, aliased)
+  ASSERT_EQ(t.grid.inputs.size(), 6u);
+  ASSERT_EQ(t.grid.outputs.size(), 3u);
+  EXPECT_EQ(t.grid.outputs[0].array.dtype, pl::bf16);
+  EXPECT_EQ(t.grid.outputs[1].array.dtype, pl::f32);
+  EXPECT_EQ(t.aliases.size(), 2u);
+  EXPECT_EQ(t.aliases.at(4), 1);
+  EXPECT_EQ(t.aliases.at(5), 2);
+  auto rnn = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        o[pl::all] = pl::fori_loop(0, 5, std::vector<pl::Value>{pl::zeros({4}, pl::f32), pl::Value(int32_t{0})}, [&](pl::Value i, std::vector<pl::Value> c) {
+          return std::vector<pl::Value>{pl::tanh(c[0] + x(i, pl::all)), c[1] + 1};
+        })[0];
+      },
+      pl::ShapeDtype({3, 4}, pl::f32),
+      {.grid = {3},
+       .in_specs = {pl::BlockSpec({pl::squeezed, 5, 4}, [](pl::Value i) { return pl::idx(i, 0, 0); })},
+       .out_specs = {pl::BlockSpec({pl::squeezed, 4}, [](pl::Value i) { return pl::idx(i, 0); })}});
+  const auto& rf = pl::transforms::pallas_call_of(rnn, {{{3, 5, 4}, pl::f32}});
+  auto saved = pl::transforms::vjp_pallas_call(rf);
+  ASSERT_EQ(saved.grid.outputs.size(), 3u);  // dx, then a tape per carry: [programs, steps, carry...]
+  EXPECT_EQ(saved.grid.outputs[1].array, pl::ShapeDtype({3, 5, 4}, pl::f32));
+  EXPECT_EQ(saved.grid.outputs[2].array, pl::ShapeDtype({3, 5}, pl::i32));
+  EXPECT_EQ(pl::transforms::vjp_pallas_call(rf, {.carries = pl::VjpCarries::Recomputed}).grid.outputs.size(), 1u);
 }
 
 // What it does not transpose yet: each refusal names the construct and points to custom_vjp.

@@ -81,6 +81,9 @@ class Array {
                     std::function<void()> release = {});
   bool is_view() const;  // made by view() or from_dlpack: storage the library does not own
   static Array zeros(Shape shape, DType dtype);
+  // Zeros on `device`: set there (a memset on the device's launch stream), not copied from the
+  // host.
+  static Array zeros(Shape shape, DType dtype, Device device);
   static Array full(Shape shape, double value, DType dtype);
 
   // Converts element by element to T (any dtype to any arithmetic T, f16_t or bf16_t).

@@ -79,6 +79,14 @@ const void* Array::data() const { return const_cast<Array*>(this)->data(); }
 void* Array::raw_data() const { return buffer_ ? buffer_->ptr : nullptr; }
 
 Array Array::zeros(Shape shape, DType dtype) { return full(std::move(shape), 0.0, dtype); }
+Array Array::zeros(Shape shape, DType dtype, Device device) {
+  if (device.is_host()) return zeros(std::move(shape), dtype);
+  const DeviceMemoryHooks* h = device_memory_hooks();
+  if (!h || !h->zero) throw Error("Array::zeros on " + device.str() + ": no GPU backend is available");
+  Array a(std::move(shape), dtype, device);
+  if (size_t n = a.nbytes()) h->zero(device.index, a.raw_data(), n);
+  return a;
+}
 Array Array::full(Shape shape, double value, DType dtype) {
   Array a(std::move(shape), dtype);
   double v = value;

@@ -26,6 +26,7 @@ struct DeviceMemoryHooks {
   void (*copy_to_device)(int device, void* dst, const void* src, size_t bytes) = nullptr;
   void (*copy_to_host)(int device, void* dst, const void* src, size_t bytes) = nullptr;
   void (*copy_device)(int device, void* dst, const void* src, size_t bytes) = nullptr;
+  void (*zero)(int device, void* dst, size_t bytes) = nullptr;  // on the launch stream
 };
 void set_device_memory_hooks(const DeviceMemoryHooks& h);
 const DeviceMemoryHooks* device_memory_hooks();  // nullptr when no backend installed them

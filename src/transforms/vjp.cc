@@ -21,9 +21,11 @@
 // points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <numbers>
+#include <tuple>
 #include <unordered_set>
 
 #include "src/ir/dependence.h"
@@ -193,6 +195,8 @@ struct Tx {
     int64_t lo = 0;
   };
   std::unordered_map<const ir::Eqn*, Tape> tapes;
+  // Per kernel input: its cotangent is stored by its one load's transpose (direct), not added.
+  std::vector<bool> direct, stored;
 
   Value get(const ir::Atom& a) const {
     if (auto* v = std::get_if<ir::Var>(&a)) {
@@ -658,7 +662,12 @@ void reverse(const std::vector<const ir::Eqn*>& order, Tx& s) {
       std::vector<Value> in{dx, c->second.astype(dx.dtype())};
       for (size_t k = 1; k < end; ++k) in.push_back(s.get(e.in[k]));
       ir::Params ap{{"idx", e.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{2}}};
-      if (masked) {  // `+=` takes no mask: a masked atomic add, touching only the lanes the load read
+      if (static_cast<size_t>(r) < s.direct.size() && s.direct[static_cast<size_t>(r)]) {  // the element's only cotangent
+        ap.set_flag("has_mask", masked);
+        if (masked) in.push_back(s.get(e.in[end]));
+        trace::bind(PrimId::store, in, ap);
+        s.stored[static_cast<size_t>(r)] = true;
+      } else if (masked) {  // `+=` takes no mask: a masked atomic add, touching only the lanes the load read
         ap.set("op", ir::AtomicOp::Add);
         ap.set_flag("has_mask", true);
         in.push_back(s.get(e.in[end]));
@@ -759,6 +768,35 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
     if (is_float(c.grid.inputs[k].array.dtype)) diff.push_back(k);
   const ir::Jaxpr& kj = *c.kernel;
   const auto& kin = kj.invars;
+  // Inputs whose cotangent is stored directly, in the input's dtype: read by one load at the
+  // kernel's top level, each block by one program only, so every element's cotangent is that
+  // load's alone — no zeros to add into, no f32 accumulator and no conversion after the call
+  // (a softmax's or a norm's rows). `full`: that load reads the whole block unmasked; otherwise
+  // the block is zeroed first.
+  std::vector<bool> direct(nin, false), full(nin, false);
+  for (size_t k : diff) {
+    bool shared = false;
+    for (bool r : revisit_axes(c.grid, c.grid.inputs[k])) shared = shared || r;
+    int loads = 0;
+    bool elsewhere = false;
+    const ir::Eqn* load = nullptr;
+    for (const ir::Eqn& e : kj.eqns)
+      for (const ir::Atom& a : e.in)
+        if (auto* v = std::get_if<ir::Var>(&a); v && v->id == kin[k].id) {
+          if (e.prim->id == PrimId::load) ++loads, load = &e;
+          else elsewhere = true;
+        }
+    direct[k] = !shared && !elsewhere && loads == 1;
+    if (direct[k]) {
+      bool whole = !load->params.get_bool("has_mask");
+      const Shape& rs = kin[k].aval.shape;
+      const auto& dims = load->params.get<ir::NDIndexer>("idx").dims;
+      for (size_t d = 0; d < dims.size(); ++d)
+        whole = whole && dims[d].kind == ir::IndexDim::Kind::Slice && dims[d].start == 0 && dims[d].stride == 1 &&
+                d < rs.size() && dims[d].size == rs[d];
+      full[k] = whole && dims.size() == rs.size();
+    }
+  }
   int64_t programs = 1;
   for (int64_t g : c.grid.grid) programs *= g;
   const std::vector<SavedLoop> saved = opts.carries == VjpCarries::Saved ? loops_to_save(kj, programs) : std::vector<SavedLoop>{};
@@ -780,10 +818,18 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
       av.dtype = acc_dtype(av.dtype);
       return av;
     };
-    for (size_t k : diff) f.add_invar(acc_aval(k));  // the zeros the cotangents start from (aliased)
+    for (size_t k : diff)
+      if (!direct[k]) f.add_invar(acc_aval(k));  // the zeros the cotangents start from (aliased)
     s.dx.assign(nin, Value());
     s.dx_aval.assign(nin, ir::Aval());
-    for (size_t k : diff) s.dx[k] = trace::make_value(f.add_invar(acc_aval(k))), s.dx_aval[k] = acc_aval(k);
+    s.direct = direct;
+    s.stored.assign(nin, false);
+    for (size_t k : diff) {
+      s.dx_aval[k] = direct[k] ? kin[k].aval : acc_aval(k);
+      s.dx[k] = trace::make_value(f.add_invar(s.dx_aval[k]));
+    }
+    for (size_t k : diff)  // a direct cotangent's elements its load does not read are zeros
+      if (direct[k] && !full[k]) store(Ref(s.dx[k]), Indexers{}, zeros(kin[k].aval.shape, kin[k].aval.dtype));
     for (size_t k = 0; k < nin + nout; ++k) s.root[kin[k].id] = static_cast<int>(k);
     for (const SavedLoop& l : saved) {  // the tapes, after the cotangents
       Tx::Tape& t = s.tapes[l.loop];
@@ -821,6 +867,8 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
       s.add_ct(st.in[1], trace::bind1(PrimId::load, in, lp));
     }
     reverse(order, s);
+    for (size_t k : diff)  // a load no cotangent reached: zeros
+      if (direct[k] && full[k] && !s.stored[k]) store(Ref(s.dx[k]), Indexers{}, zeros(kin[k].aval.shape, kin[k].aval.dtype));
     body = f.finish({}, nullptr);
   }
 
@@ -840,14 +888,16 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
     m.array.dtype = acc_dtype(m.array.dtype);
     return m;
   };
-  for (size_t k : diff) {
-    n.grid.inputs.push_back(acc_mapping(k));
-    n.grid.inputs.back().what = "zeros for the cotangent of " + c.grid.inputs[k].what;
-  }
+  int zeros_in = 0;
+  for (size_t k : diff)
+    if (!direct[k]) {
+      n.grid.inputs.push_back(acc_mapping(k));
+      n.grid.inputs.back().what = "zeros for the cotangent of " + c.grid.inputs[k].what;
+    }
   for (size_t j = 0; j < diff.size(); ++j) {
-    n.grid.outputs.push_back(acc_mapping(diff[j]));
+    n.grid.outputs.push_back(direct[diff[j]] ? c.grid.inputs[diff[j]] : acc_mapping(diff[j]));
     n.grid.outputs.back().what = "cotangent of " + c.grid.inputs[diff[j]].what;
-    n.aliases[static_cast<int>(nin + nout + j)] = static_cast<int>(j);
+    if (!direct[diff[j]]) n.aliases[static_cast<int>(nin + nout) + zeros_in++] = static_cast<int>(j);
   }
   for (core::BlockMapping& t : tapes) n.grid.outputs.push_back(std::move(t));
   n.cost_estimate.reset();
@@ -859,6 +909,35 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
 // ---- public API ----
 namespace pallas {
 using namespace transforms;
+
+namespace {
+
+// x converted to dtype t where it is: on a device by a pallas_call (an elementwise kernel over
+// the flattened array, made once per size and dtypes), on the host element by element.
+Array convert(const Array& x, DType t) {
+  if (x.device().is_host()) return x.astype(t);
+  if (x.size() == 0) return Array(x.shape(), t, x.device());
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, DType, DType>, Call> calls;
+  const int64_t n = x.size(), block = std::min<int64_t>(n, 4096);
+  Call c;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(n, x.dtype(), t);
+    auto it = calls.find(key);
+    if (it == calls.end()) {
+      BlockSpec spec({block}, [](Value i) { return idx(i); });
+      it = calls.emplace(key, pallas_call([t](Ref in, Ref out) { out[all] = in[all].astype(t); }, ShapeDtype({n}, t),
+                                          {.grid = {(n + block - 1) / block}, .in_specs = {spec}, .out_specs = {spec},
+                                           .name = "vjp_convert"}))
+               .first;
+    }
+    c = it->second;
+  }
+  return c(x.reshape({n})).reshape(x.shape());
+}
+
+}  // namespace
 
 VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts) {
   if (!f.state()) throw Error("pl::vjp: empty Call");
@@ -889,14 +968,16 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts)
     std::vector<Array> args(a.begin(), a.begin() + static_cast<long>(shapes.size()));
     size_t next = shapes.size();
     for (const ShapeDtype& o : outs) args.push_back(is_float(o.dtype) ? a.at(next++) : Array::zeros(o.shape, o.dtype));
-    for (const ShapeDtype& s : shapes)
-      if (is_float(s.dtype)) args.push_back(Array::zeros(s.shape, acc_dtype(s.dtype)));
+    // the zeros shared cotangents add into, where the inputs are (set on the device there)
+    const Device dev = a.empty() ? Device::host() : a[0].device();
+    for (size_t i = args.size(); i < tc->grid.inputs.size(); ++i)
+      args.push_back(Array::zeros(tc->grid.inputs[i].array.shape, tc->grid.inputs[i].array.dtype, dev));
     core::check_arguments(*tc, args);
     std::vector<Array> g = core::execute(*tc, args);
     size_t j = 0;
     for (const ShapeDtype& s : shapes)
       if (is_float(s.dtype)) {
-        if (g[j].dtype() != s.dtype) g[j] = g[j].astype(s.dtype);
+        if (g[j].dtype() != s.dtype) g[j] = convert(g[j], s.dtype);  // 16-bit cotangents summed in f32
         ++j;
       }
     g.resize(j);  // the tapes of saved carries stay behind

@@ -218,6 +218,11 @@ void dev_copy(int device, void* dst, const void* src, size_t n) {
         "copying on the device");
 }
 
+void dev_zero(int device, void* dst, size_t n) {
+  make_current(device);
+  check(driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(dst), 0, n, launch_stream()), "zeroing device memory");
+}
+
 }  // namespace
 
 const Driver& driver() {
@@ -230,6 +235,7 @@ const Driver& driver() {
       h.copy_to_device = to_dev;
       h.copy_to_host = to_host;
       h.copy_device = dev_copy;
+      h.zero = dev_zero;
       set_device_memory_hooks(h);
     }
     return r;
