@@ -50,6 +50,7 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   int warps = cp.num_warps > 0 ? cp.num_warps : default_warps(call);
   P.threads = warps * 32;
   P.stages = cp.num_stages > 0 ? cp.num_stages : 3;
+  if (P.max_stages > 0) P.stages = std::min(P.stages, P.max_stages);
   P.wgmma = P.target.arch == "sm_90a";
   P.tma = P.wgmma && P.target.tensor_maps && P.target.aligned && !P.target.no_tma;
   P.checks = call.debug;

@@ -132,6 +132,7 @@ struct KernelPlan {
     size_t loop_stages = 0;       // one loop pipeline's buffers and staged tiles
   } budgets;
   bool grid_pipeline_allowed = true;                 // off when the kernel did not fit with the grid's stages (lower.cc)
+  int max_stages = 0;                                // > 0: a cap on stages (lower.cc's retry of a kernel over the limit)
   LayoutPlan layout;                                 // blocked-layout
   std::unordered_map<const ir::Eqn*, DotPlan> dots;  // dot-kinds
   std::unordered_map<int64_t, ValueLayout> values;   // value-layouts (absent, and every scalar: blocked)

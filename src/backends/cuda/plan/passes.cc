@@ -41,10 +41,11 @@ void write_pass_dump(const std::string& dir, const std::string& kernel, int numb
   if (!core::write_file_atomically(path, text, &why)) core::note_once("dump " + dir, "pallas: could not write " + path + ": " + why);
 }
 
-KernelPlan plan_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline, int up_to) {
+KernelPlan plan_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline, int up_to, int max_stages) {
   KernelPlan P;
   P.target = target;
   P.grid_pipeline_allowed = grid_pipeline;
+  P.max_stages = max_stages;
   const std::vector<PlanPass>& passes = plan_passes();
   const std::string dir = dump_passes_dir();
   int n = up_to < 0 ? static_cast<int>(passes.size()) : std::min(up_to, static_cast<int>(passes.size()));

@@ -21,7 +21,8 @@ const std::vector<PlanPass>& plan_passes();
 // Runs the first `up_to` passes (all when up_to < 0) on a fresh plan for target.
 // grid_pipeline = false plans the kernel without the grid pipeline (lower.cc: a kernel whose
 // body then did not fit in shared memory).
-KernelPlan plan_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline = true, int up_to = -1);
+KernelPlan plan_kernel(const core::PallasCall& call, const Target& target, bool grid_pipeline = true, int up_to = -1,
+                       int max_stages = 0);
 
 // The passes, one file each.
 void plan_target(const core::PallasCall& call, KernelPlan& plan);              // plan/kernel.cc
