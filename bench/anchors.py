@@ -334,7 +334,8 @@ def torch_backward_anchors():
     ce = [("torch", lambda x: torch.nn.functional.cross_entropy(x, t))]
     try:
         from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
-        ce.append(("liger", LigerCrossEntropyLoss()))
+        liger_ce = LigerCrossEntropyLoss()
+        ce.append(("liger", lambda x: liger_ce(x, t)))  # Liger's loss takes (input, target)
     except Exception as e:  # noqa: BLE001
         emit(workload="cross entropy", impl="liger", error=repr(e)[:200])
     for impl, fn in ce:
