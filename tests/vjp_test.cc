@@ -360,7 +360,8 @@ TEST(Vjp, Branches) {
 
 // The transposed call's shape: an input each program reads once, in a block of its own (a
 // softmax's rows), gets its cotangent stored directly in its dtype — no zeros, no f32
-// accumulator; a block every program reads (a norm's weight) adds into zeros in f32, aliased;
+// accumulator; a block every program reads (a norm's weight) adds into zeros in f32, aliased,
+// spread over copies that are summed after the call;
 // a loop that carries state with static bounds gets one tape output per carry.
 TEST(Vjp, TransposedCallStoresExclusiveCotangentsAndSavesTapes) {
   const int64_t R = 8, C = 16;
@@ -371,7 +372,9 @@ TEST(Vjp, TransposedCallStoresExclusiveCotangentsAndSavesTapes) {
   ASSERT_EQ(t.grid.inputs.size(), 6u);
   ASSERT_EQ(t.grid.outputs.size(), 3u);
   EXPECT_EQ(t.grid.outputs[0].array.dtype, pl::bf16);
-  EXPECT_EQ(t.grid.outputs[1].array.dtype, pl::f32);
+  // dw and db sum over the 4 programs: in 4 copies (slot: the program id mod 4), summed after
+  EXPECT_EQ(t.grid.outputs[1].array, pl::ShapeDtype({4, C}, pl::f32));
+  EXPECT_EQ(t.grid.inputs[4].array, pl::ShapeDtype({4, C}, pl::f32));
   EXPECT_EQ(t.aliases.size(), 2u);
   EXPECT_EQ(t.aliases.at(4), 1);
   EXPECT_EQ(t.aliases.at(5), 2);

@@ -769,14 +769,24 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
   const ir::Jaxpr& kj = *c.kernel;
   const auto& kin = kj.invars;
   // Inputs whose cotangent is stored directly, in the input's dtype: read by one load at the
-  // kernel's top level, each block by one program only, so every element's cotangent is that
-  // load's alone — no zeros to add into, no f32 accumulator and no conversion after the call
-  // (a softmax's or a norm's rows). `full`: that load reads the whole block unmasked; otherwise
-  // the block is zeroed first.
+  // kernel's top level without index arrays, each block by one program only, so every
+  // element's cotangent is that load's alone — no zeros to add into, no f32 accumulator and
+  // no conversion after the call (a softmax's or a norm's rows). `full`: that load reads the
+  // whole block unmasked; otherwise the block is zeroed first.
   std::vector<bool> direct(nin, false), full(nin, false);
+  // A cotangent every program of some grid axes adds into is summed in `spread` partial copies
+  // (slot: the program's linear id mod spread) and the copies summed after the call: atomics
+  // from thousands of programs on one [4096] weight row spent most of a layer norm's
+  // automatic vjp waiting on each other. Up to 64 copies, within 64 MiB.
+  std::vector<int64_t> spread(nin, 1);
   for (size_t k : diff) {
     bool shared = false;
-    for (bool r : revisit_axes(c.grid, c.grid.inputs[k])) shared = shared || r;
+    int64_t sharing = 1;
+    std::vector<bool> along = revisit_axes(c.grid, c.grid.inputs[k]);
+    for (size_t a = 0; a < along.size(); ++a)
+      if (along[a]) shared = true, sharing *= c.grid.grid[a];
+    const int64_t bytes = shape_size(c.grid.inputs[k].array.shape) * static_cast<int64_t>(itemsize(acc_dtype(c.grid.inputs[k].array.dtype)));
+    while (spread[k] * 2 <= std::min<int64_t>(64, sharing) && spread[k] * 2 * bytes <= (int64_t{64} << 20)) spread[k] *= 2;
     int loads = 0;
     bool elsewhere = false;
     const ir::Eqn* load = nullptr;
@@ -787,6 +797,8 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
           else elsewhere = true;
         }
     direct[k] = !shared && !elsewhere && loads == 1;
+    if (direct[k])  // a gather may read an element twice: its cotangents must add
+      for (const ir::IndexDim& d : load->params.get<ir::NDIndexer>("idx").dims) direct[k] = direct[k] && d.kind != ir::IndexDim::Kind::Array;
     if (direct[k]) {
       bool whole = !load->params.get_bool("has_mask");
       const Shape& rs = kin[k].aval.shape;
@@ -886,6 +898,22 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
   auto acc_mapping = [&](size_t k) {
     core::BlockMapping m = c.grid.inputs[k];
     m.array.dtype = acc_dtype(m.array.dtype);
+    if (spread[k] > 1) {  // [spread, array...]: the program's copy, then the input's block
+      m.array.shape.insert(m.array.shape.begin(), spread[k]);
+      m.block_shape.insert(m.block_shape.begin(), 1);
+      m.squeezed.insert(m.squeezed.begin(), true);
+      trace::KernelContext ctx{m.what, c.grid.grid, false};
+      trace::Frame f(&ctx, false);
+      std::vector<Value> pid;
+      Value lin(0);
+      for (size_t a = 0; a < c.grid.grid.size(); ++a) {
+        pid.push_back(trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32))));
+        lin = lin * static_cast<int>(c.grid.grid[a]) + pid.back();
+      }
+      std::vector<ir::Atom> outs{trace::atom_of((lin % static_cast<int>(spread[k])).astype(DType::I32), "vjp")};
+      for (const Value& v : inline_jaxpr(*c.grid.inputs[k].index_map, pid)) outs.push_back(trace::atom_of(v, "vjp"));
+      m.index_map = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
+    }
     return m;
   };
   int zeros_in = 0;
@@ -937,6 +965,37 @@ Array convert(const Array& x, DType t) {
   return c(x.reshape({n})).reshape(x.shape());
 }
 
+// The sum over the leading axis of x [copies, ...], in dtype t: 512 columns a program, a loop
+// over the copies (on the host's interpreter or the device, as any call).
+Array sum_copies(const Array& x, DType t) {
+  static std::mutex mu;
+  static std::map<std::tuple<int64_t, int64_t, DType, DType>, Call> calls;
+  const int64_t copies = x.shape()[0], n = x.size() / copies, block = std::min<int64_t>(n, 512);
+  Shape out(x.shape().begin() + 1, x.shape().end());
+  if (n == 0) return Array::zeros(out, t, x.device());
+  Call c;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_tuple(copies, n, x.dtype(), t);
+    auto it = calls.find(key);
+    if (it == calls.end()) {
+      const DType acc = x.dtype();
+      auto kernel = [=](Ref in, Ref o) {
+        Value sum = fori_loop(0, static_cast<int>(copies), zeros({block}, acc), [&](Value i, Value a) { return a + in(i, all); });
+        o[all] = sum.astype(t);
+      };
+      it = calls.emplace(key, pallas_call(kernel, ShapeDtype({n}, t),
+                                          {.grid = {(n + block - 1) / block},
+                                           .in_specs = {BlockSpec({copies, block}, [](Value j) { return idx(0, j); })},
+                                           .out_specs = {BlockSpec({block}, [](Value j) { return idx(j); })},
+                                           .name = "vjp_sum_copies"}))
+               .first;
+    }
+    c = it->second;
+  }
+  return c(x.reshape({copies, n})).reshape(out);
+}
+
 }  // namespace
 
 VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts) {
@@ -977,7 +1036,8 @@ VjpResult vjp(const Call& f, const std::vector<Array>& primals, VjpOptions opts)
     size_t j = 0;
     for (const ShapeDtype& s : shapes)
       if (is_float(s.dtype)) {
-        if (g[j].dtype() != s.dtype) g[j] = convert(g[j], s.dtype);  // 16-bit cotangents summed in f32
+        if (g[j].shape() != s.shape) g[j] = sum_copies(g[j], s.dtype);  // a cotangent summed in several copies
+        else if (g[j].dtype() != s.dtype) g[j] = convert(g[j], s.dtype);  // 16-bit cotangents summed in f32
         ++j;
       }
     g.resize(j);  // the tapes of saved carries stay behind
