@@ -96,7 +96,9 @@ Call attention_forward(const char* kname, int64_t batch, int64_t heads, int64_t 
       // s * scale * log2(e) (max(s) * c is max(s * c) exactly for c > 0), and p = 2^(s*c - m)
       // is the same softmax numerator as e^(s*scale - m'), one multiply-add and an exp2 an
       // element instead of a multiply, a subtract and an exp.
-      Value m_new = maximum(c[0], max(s, 1) * scale_log2);
+      // (The running max only keeps exp2 in range, o and lse do not depend on it: no gradient,
+      // so pl::vjp of this kernel skips its paths.)
+      Value m_new = stop_gradient(maximum(c[0], max(s, 1) * scale_log2));
       // With segments a block may hide every key of a row (an earlier segment's): its maximum
       // stays -inf, and 2^(-inf - -inf) would be NaN, so such rows subtract 0 instead (their p
       // is 2^-inf = 0, and their alpha too). (A finite mask value, JAX's DEFAULT_MASK_VALUE,

@@ -52,7 +52,7 @@ Call cross_entropy_fwd(int64_t rows, int64_t vocab, DType dtype, CrossEntropyCon
     Value t = t_ref[all];
     // One chunk of the row: the running max, the sum of exp(x - max), and the target's logit.
     auto chunk = [&](const Value& xb, const Value& cols, const std::vector<Value>& c) {
-      Value m = maximum(c[0], max(xb, 0));
+      Value m = stop_gradient(maximum(c[0], max(xb, 0)));  // only keeps exp in range: no gradient
       Value l = c[1] * exp(c[0] - m) + sum(exp(xb - m), 0);
       Value xt = c[2] + sum(where(cols == t, xb, full_like(xb, 0.0)), 0);
       return std::vector<Value>{m, l, xt};

@@ -17,7 +17,10 @@ Call softmax(int64_t rows, int64_t cols, DType dtype, RowConfig cfg) {
   DType acc = dtype == DType::F64 ? DType::F64 : DType::F32;
   auto kernel = [=](Ref x, Ref o) {
     Value v = x[all].astype(acc);
-    Value e = exp(v - max(v, axis, true));
+    // The max only keeps exp in range: softmax does not depend on it, so it takes no
+    // gradient (jax.nn.softmax's stop_gradient), and pl::vjp of this kernel skips its
+    // reductions.
+    Value e = exp(v - stop_gradient(max(v, axis, true)));
     o[all] = (e / sum(e, axis, true)).astype(dtype);
   };
   return pallas_call(kernel, ShapeDtype({rows, cols}, dtype),
