@@ -323,6 +323,48 @@ TEST(Vjp, LibraryFlashAttentionAgreesWithItsBackwardKernels) {
   }
 }
 
+// Outputs whose last blocks pass their edge (rows not a multiple of the block): the forward's
+// writes there are dropped, so the transposed kernel reads the cotangent only inside the array
+// (zeros past it), along one dimension or two.
+TEST(Vjp, OutputBlocksPastTheEdge) {
+  auto rows = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) { o[pl::all] = pl::tanh(x[pl::all]) * 2.0; }, pl::ShapeDtype({20, 6}, pl::f64),
+      {.grid = {3},
+       .in_specs = {pl::BlockSpec({8, 6}, [](pl::Value i) { return pl::idx(i, 0); })},
+       .out_specs = {pl::BlockSpec({8, 6}, [](pl::Value i) { return pl::idx(i, 0); })},
+       .name = "rows_past_edge"});
+  expect_matches_fd(rows, {N({20, 6}, 111)}, {N({20, 6}, 112)});
+  auto both = pl::pallas_call(
+      [](pl::Ref x, pl::Ref o) {
+        pl::Value v = x[pl::all];
+        o[pl::all] = pl::exp(v) - v * v * 0.5;
+      },
+      pl::ShapeDtype({10, 7}, pl::f64),
+      {.grid = {3, 2},
+       .in_specs = {pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+       .out_specs = {pl::BlockSpec({4, 4}, [](pl::Value i, pl::Value j) { return pl::idx(i, j); })},
+       .name = "both_past_edge"});
+  expect_matches_fd(both, {N({10, 7}, 113)}, {N({10, 7}, 114)});
+  // blocks larger than the whole array along some dimensions
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE("case " + std::to_string(which));
+    pl::ShapeDtype os = which == 0 ? pl::ShapeDtype({43}, pl::f64) : which == 1 ? pl::ShapeDtype({1, 12, 28}, pl::f64) : pl::ShapeDtype({1, 168, 1}, pl::f64);
+    auto k = pl::pallas_call(
+        [which](pl::Ref x, pl::Ref o) {
+          pl::Value m = pl::max(x[pl::all] * x[pl::all], pl::Axes(), false);
+          o[pl::all] = pl::broadcast_to(m, which == 0 ? pl::Shape{12} : which == 1 ? pl::Shape{2, 32, 7} : pl::Shape{1, 48, 8});
+        },
+        os,
+        {.grid = {4},
+         .in_specs = {pl::BlockSpec({4, 8}, [](pl::Value i) { return pl::idx(i, 0); })},
+         .out_specs = {which == 0   ? pl::BlockSpec({12}, [](pl::Value i) { return pl::idx(i); })
+                       : which == 1 ? pl::BlockSpec({2, 32, 7}, [](pl::Value i) { return pl::idx(0, 0, i); })
+                                    : pl::BlockSpec({1, 48, 8}, [](pl::Value i) { return pl::idx(0, i, 0); })},
+         .name = "bigger_blocks"});
+    expect_matches_fd(k, {N({16, 8}, 115)}, {N(os.shape, 116)});
+  }
+}
+
 // Branches: the transpose is a branch on the same index whose cases send the results'
 // cotangents back through the case the forward took — to its operands, to values it captured,
 // and into the inputs it loads. A cond on the data, one on the program id whose branches load
@@ -434,13 +476,14 @@ TEST(Vjp, RefusalsNameTheConstructAndPointToCustomVjp) {
       },
       pl::ShapeDtype({8}, pl::f64), {.name = "twice"});
   EXPECT_THROW_MSG(pl::vjp(twice, {x}), "kernel 'twice'", "stores output 0 more than once where the stores may overlap", "pl::custom_vjp");
-  // an output whose last block passes its edge (20 elements in blocks of 8)
-  auto edge = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = x[pl::all] * 2.0; }, pl::ShapeDtype({20}, pl::f64),
+  // an output whose last block passes its edge, stored in part (20 elements in blocks of 8)
+  auto edge = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::ds(0, 4)] = x[pl::ds(0, 4)] * 2.0; }, pl::ShapeDtype({20}, pl::f64),
                               {.grid = {3},
                                .in_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
                                .out_specs = {pl::BlockSpec({8}, [](pl::Value i) { return pl::idx(i); })},
                                .name = "edge"});
-  EXPECT_THROW_MSG(pl::vjp(edge, {N({20}, 62)}), "kernel 'edge'", "output 0's blocks overhang its edge", "pl::custom_vjp");
+  EXPECT_THROW_MSG(pl::vjp(edge, {N({20}, 62)}), "kernel 'edge'", "output 0's blocks overhang its edge and the kernel stores part of a block",
+                   "pl::custom_vjp");
   auto cumsum = pl::pallas_call([](pl::Ref x, pl::Ref o) { o[pl::all] = pl::cumsum(x[pl::all], 0); }, pl::ShapeDtype({8}, pl::f64),
                                 {.name = "scan"});
   EXPECT_THROW_MSG(pl::vjp(cumsum, {x}), "kernel 'scan'", "the primitive 'cumsum' has no transpose rule", "pl::custom_vjp");

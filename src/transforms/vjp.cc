@@ -29,6 +29,7 @@
 #include <unordered_set>
 
 #include "src/ir/dependence.h"
+#include "src/ir/scalar_eval.h"
 #include "src/trace/api_util.h"
 #include "src/trace/trace.h"
 #include "src/transforms/transforms.h"
@@ -742,6 +743,74 @@ core::BlockMapping tape_mapping(const std::string& what, const std::vector<int64
   return m;
 }
 
+// Whether the programs' blocks of m tile its array exactly: every block read by one program,
+// every program's block a different one (the index map run over the static grid, up to 2^16
+// programs; otherwise no).
+bool tiles_exactly(const core::GridMapping& g, const core::BlockMapping& m) {
+  int64_t programs = 1, blocks = 1;
+  for (int64_t e : g.grid) {
+    if (e <= 0 || programs > (int64_t{1} << 16) / e) return false;
+    programs *= e;
+  }
+  std::vector<int64_t> per(m.array.shape.size());
+  for (size_t d = 0; d < per.size(); ++d) {
+    per[d] = (m.array.shape[d] + m.block_shape[d] - 1) / m.block_shape[d];
+    blocks *= per[d];
+  }
+  if (blocks != programs) return false;
+  std::optional<ir::ScalarProgram> map = ir::ScalarProgram::compile(*m.index_map, g.grid.size());
+  if (!map) return false;
+  std::vector<bool> seen(static_cast<size_t>(blocks), false);
+  std::vector<int64_t> pid(g.grid.size(), 0), block(map->num_outputs()), slots;
+  for (int64_t p = 0; p < programs; ++p) {
+    map->run(pid.data(), block.data(), slots);
+    int64_t lin = 0;
+    for (size_t d = 0; d < per.size(); ++d) {
+      if (block[d] < 0 || block[d] >= per[d]) return false;
+      lin = lin * per[d] + block[d];
+    }
+    if (seen[static_cast<size_t>(lin)]) return false;
+    seen[static_cast<size_t>(lin)] = true;
+    for (size_t a = pid.size(); a-- > 0;) {
+      if (++pid[a] < g.grid[a]) break;
+      pid[a] = 0;
+    }
+  }
+  return true;
+}
+
+// Past an output's edge the forward's writes are dropped, and the cotangent read there would
+// be poison, not zero: for a store of a whole block of an output whose last blocks pass its
+// edge, the elements inside the array (from this program's block index), else undefined (no
+// edge). Stores of part of such a block are refused.
+Value inside_edge(const core::PallasCall& c, size_t output, const ir::Eqn& st, const std::string& what) {
+  const core::BlockMapping& bm = c.grid.outputs[output];
+  bool overhang = false;
+  for (size_t d = 0; d < bm.block_shape.size(); ++d) overhang = overhang || (!bm.squeezed[d] && bm.array.shape[d] % bm.block_shape[d] != 0);
+  if (!overhang) return Value();
+  const Shape ref = bm.ref_shape();
+  const auto& dims = st.params.get<ir::NDIndexer>("idx").dims;
+  bool whole = dims.size() == ref.size();
+  for (size_t d = 0; whole && d < dims.size(); ++d)
+    whole = dims[d].kind == ir::IndexDim::Kind::Slice && dims[d].start == 0 && dims[d].stride == 1 && dims[d].size == ref[d];
+  if (!whole)
+    refuse(what, bm.what + "'s blocks overhang its edge and the kernel stores part of a block (only whole-block stores of such "
+                           "an output are transposed)");
+  std::vector<Value> pid;
+  for (size_t a = 0; a < c.grid.grid.size(); ++a) pid.push_back(program_id(static_cast<int>(a)));
+  std::vector<Value> block = inline_jaxpr(*bm.index_map, pid);
+  Value in;
+  for (size_t d = 0, r = 0; d < bm.block_shape.size(); ++d) {
+    if (bm.squeezed[d]) continue;
+    if (bm.array.shape[d] % bm.block_shape[d] != 0) {
+      Value ok = block[d] * static_cast<int>(bm.block_shape[d]) + iota(DType::I32, ref, static_cast<int>(r)) < static_cast<int>(bm.array.shape[d]);
+      in = in.defined() ? in & ok : ok;
+    }
+    ++r;
+  }
+  return in;
+}
+
 }  // namespace
 
 core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
@@ -755,13 +824,6 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
     const core::BlockMapping& bm = c.grid.outputs[o];
     for (bool r : revisit_axes(c.grid, bm))
       if (r) refuse(what, bm.what + " is written by several programs (its block is revisited along a grid axis, an accumulation)");
-    // Past an output's edge the forward's writes are dropped, and a read of the cotangent there
-    // would be poison, not zero: edge blocks are not transposed yet (padding the cotangent is
-    // the way).
-    for (size_t d = 0; d < bm.block_shape.size(); ++d)
-      if (is_float(bm.array.dtype) && !bm.squeezed[d] && bm.array.shape[d] % bm.block_shape[d] != 0)
-        refuse(what, bm.what + "'s blocks overhang its edge (dimension " + std::to_string(d) + ": " + std::to_string(bm.array.shape[d]) +
-                         " is not a multiple of the block's " + std::to_string(bm.block_shape[d]) + ")");
   }
   std::vector<size_t> diff;  // floating inputs: each gets a cotangent
   for (size_t k = 0; k < nin; ++k)
@@ -769,8 +831,8 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
   const ir::Jaxpr& kj = *c.kernel;
   const auto& kin = kj.invars;
   // Inputs whose cotangent is stored directly, in the input's dtype: read by one load at the
-  // kernel's top level without index arrays, each block by one program only, so every
-  // element's cotangent is that load's alone — no zeros to add into, no f32 accumulator and
+  // kernel's top level without index arrays, the programs' blocks tiling the array (each
+  // read by one program, none left out), so every element's cotangent is that load's alone — no zeros to add into, no f32 accumulator and
   // no conversion after the call (a softmax's or a norm's rows). `full`: that load reads the
   // whole block unmasked; otherwise the block is zeroed first.
   std::vector<bool> direct(nin, false), full(nin, false);
@@ -796,7 +858,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
           if (e.prim->id == PrimId::load) ++loads, load = &e;
           else elsewhere = true;
         }
-    direct[k] = !shared && !elsewhere && loads == 1;
+    direct[k] = !shared && !elsewhere && loads == 1 && tiles_exactly(c.grid, c.grid.inputs[k]);
     if (direct[k])  // a gather may read an element twice: its cotangents must add
       for (const ir::IndexDim& d : load->params.get<ir::NDIndexer>("idx").dims) direct[k] = direct[k] && d.kind != ir::IndexDim::Kind::Array;
     if (direct[k]) {
@@ -869,13 +931,14 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
     for (auto it = stores.rbegin(); it != stores.rend(); ++it) {
       const ir::Eqn& st = *it->e;  // [ref, value, dyn..., mask?]
       if (!is_float(ir::atom_aval(st.in[1]).dtype)) continue;
-      bool masked = st.params.get_bool("has_mask");
+      Value mask = st.params.get_bool("has_mask") ? s.get(st.in.back()) : Value();
+      if (Value edge = inside_edge(c, static_cast<size_t>(it->output), st, what); edge.defined()) mask = mask.defined() ? mask & edge : edge;
       std::vector<Value> in{dy_refs[static_cast<size_t>(it->output)]};
-      for (size_t k = 2; k < st.in.size() - (masked ? 1 : 0); ++k) in.push_back(s.get(st.in[k]));
+      for (size_t k = 2; k < st.in.size() - (st.params.get_bool("has_mask") ? 1 : 0); ++k) in.push_back(s.get(st.in[k]));
       ir::Params lp{{"idx", st.params.get<ir::NDIndexer>("idx")}, {"idx_start", int64_t{1}}};
-      lp.set_flag("has_mask", masked);
-      lp.set_flag("has_other", masked);
-      if (masked) in.push_back(s.get(st.in.back())), in.push_back(zeros_like(s.get(st.in[1])));
+      lp.set_flag("has_mask", mask.defined());
+      lp.set_flag("has_other", mask.defined());
+      if (mask.defined()) in.push_back(mask), in.push_back(zeros_like(s.get(st.in[1])));
       s.add_ct(st.in[1], trace::bind1(PrimId::load, in, lp));
     }
     reverse(order, s);
