@@ -14,11 +14,13 @@
 // shape, reduction and dot primitives, and fori_loops: those whose carries accumulate (c' =
 // c + g, g not reading the carries: K loops of dots, sums over blocks) become a second loop
 // over the same range; those that carry state (an online softmax) a loop over the steps in
-// reverse that recomputes each step's incoming carries; and conds, as a cond on the same index.
-// 16-bit inputs' cotangents accumulate in f32. A loop or branch that writes a ref, a while
-// loop, an output read back, accumulated or with blocks past its edge, an atomic, scratch,
-// scalar prefetch or a primitive without a rule is refused with an error that names it and
-// points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
+// reverse that reads each step's incoming carries from a tape the replayed forward wrote, or
+// recomputes them (VjpOptions); and conds, as a cond on the same index. Cotangents of inputs
+// whose blocks tile them, read once, are stored directly; others add into zeros (16-bit ones in
+// f32, shared blocks in several copies). A loop or branch that writes a ref, a while loop, an
+// output read back, accumulated or stored in part where its blocks pass its edge, an atomic,
+// scratch, scalar prefetch or a primitive without a rule is refused with an error that names
+// it and points to custom_vjp. pallas_fuzz --vjp checks it against jvp.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -469,11 +471,12 @@ void transpose_fori(const ir::Eqn& e, Tx& s) {
 
 // A fori_loop that carries state from one iteration to the next (c' = f(i, c, consts): an
 // online softmax, a recurrence). Its transpose is a loop running i from hi - 1 down to lo with
-// the carries' cotangents as its carries: at each step it recomputes the carries c_i the
-// forward had entering step i (the forward loop again from lo to i: the carries are
-// recomputed, not saved, so T steps cost T (T + 1) / 2 body evaluations), replays the body from
-// c_i and sends the cotangents of its results back to c_i, to the loop-invariant operands
-// (summed in further carries) and, through its loads, into the inputs' cotangents.
+// the carries' cotangents as its carries: at each step it gets the carries c_i the forward had
+// entering step i — from the loop's tape when the replayed forward saved them (saving_loop),
+// else by running the forward loop again from lo to i (T steps then cost T (T + 1) / 2 body
+// evaluations) — replays the body from c_i and sends the cotangents of its results back to
+// c_i, to the loop-invariant operands (summed in further carries) and, through its loads,
+// into the inputs' cotangents.
 void transpose_fori_state(const ir::Eqn& e, Tx& s) {
   const ir::Jaxpr& body = *e.params.get<ir::JaxprPtr>("body");
   const size_t nc = static_cast<size_t>(e.params.get_int("num_carry")), nconst = e.in.size() - 2 - nc;
