@@ -382,6 +382,7 @@ TEST(CudaLayout, AttentionValuesStayInFragments) {
             "    reduce_max f32[128]: " + rows + "\n"
             "    mul f32[128]: " + rows + "\n"
             "    max f32[128]: " + rows + "\n"
+            "    stop_gradient f32[128]: " + rows + "\n"
             "    sub f32[128]: " + rows + "\n"
             "    exp2 f32[128]: " + rows + "\n"
             "    reshape f32[128,1]: " + rows + "\n"
