@@ -187,20 +187,28 @@ std::string check_vjp(const pl::Call& call, const std::vector<pl::Array>& ins) {
     std::vector<pl::Array> g = pullback(ct);
     auto [po, tan] = pl::jvp(call, ins, t);
     double lhs = 0, rhs = 0, scale = 0;
+    bool nonfinite = false;
     for (size_t k = 0; k < ct.size(); ++k) {
       if (!ct[k].defined() || k >= tan.size() || !tan[k].defined()) continue;
       auto a = ct[k].to_vector<double>(), b = tan[k].to_vector<double>();
       for (size_t i = 0; i < a.size(); ++i)
         if (std::isfinite(a[i] * b[i])) lhs += a[i] * b[i], scale += std::fabs(a[i] * b[i]);
+        else nonfinite = true;
     }
     for (size_t k = 0; k < g.size(); ++k) {
       if (!g[k].defined() || !t[k].defined()) continue;
       auto a = g[k].to_vector<double>(), b = t[k].to_vector<double>();
       for (size_t i = 0; i < a.size(); ++i)
         if (std::isfinite(a[i] * b[i])) rhs += a[i] * b[i], scale += std::fabs(a[i] * b[i]);
+        else nonfinite = true;
     }
     ++g_vjp_checked;
-    if (!std::isfinite(lhs) || !std::isfinite(rhs)) return "";  // overflowing kernels say nothing
+    // Overflowing kernels say nothing, nor do kernels with a NaN or inf tangent or cotangent on
+    // either side: a NaN under a reduction (max over a block holding a NaN) makes that
+    // reduction's tangent NaN, and the vjp sums it into every element the block shares with
+    // other programs, so the finite parts of the two sides no longer match (seed 21, kernels
+    // 13346 and 198496; JAX's rules give the same NaNs).
+    if (nonfinite || !std::isfinite(lhs) || !std::isfinite(rhs)) return "";
     if (std::fabs(lhs - rhs) > 1e-2 * std::max(1.0, scale))
       return "sum(ct . jvp(t)) = " + std::to_string(lhs) + " but sum(vjp(ct) . t) = " + std::to_string(rhs) + " (scale " +
              std::to_string(scale) + ")";
