@@ -76,8 +76,12 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     int64_t step = d.mma->k == 32 ? 16 : 8;  // wgmma's n: multiples of 8 (of 16 for 8-bit inputs)
     int64_t np = (d.N + step - 1) / step * step;
     // Up to n256, the widest wgmma. (Two n128 tiles instead cost NVRTC and ptxas 8-17% less
-    // time on a 128x256 matmul but run 3-8% slower: docs/benchmarks.md, twelfth session.)
-    q.NS = (np <= 256 ? np : 128) / 8;
+    // time on a 128x256 matmul but run 3-8% slower: docs/benchmarks.md, twelfth session.) One
+    // instruction's accumulators take n/2 registers a thread, and with more than 256 threads
+    // a thread has at most 65536 / threads of them: n128 up to 512 threads, n64 beyond (an
+    // n256 wgmma in a 16-warp kernel failed in ptxas: "insufficient registers (128)").
+    const int64_t widest = P.threads <= 256 ? 256 : P.threads <= 512 ? 128 : 64;
+    q.NS = (np <= widest ? np : std::min<int64_t>(128, widest)) / 8;
   } else {
     q.W = P.threads / 32;
     q.TM = (d.M + 15) / 16;
