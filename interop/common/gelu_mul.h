@@ -70,6 +70,12 @@ inline pl::Call softmax(int64_t rows, int64_t cols, pl::DType dtype, pl::Backend
   return pl::kernels::softmax(rows, cols, dtype, {.interpret = backend == pl::Backend::Interpret});
 }
 
+// Its backward, the library's softmax_bwd: dx = y (g - sum(g y)) over the last axis, from the
+// forward's output y and the cotangent g, both [rows, cols].
+inline pl::Call softmax_backward(int64_t rows, int64_t cols, pl::DType dtype, pl::Backend backend) {
+  return pl::kernels::softmax_bwd(rows, cols, dtype, {.interpret = backend == pl::Backend::Interpret});
+}
+
 // A Call traces its kernel on first use for its shapes; building a new Call per framework call
 // would retrace (and look up the compiled kernel) every time. Calls are kept per key (kernel,
 // shape, dtype, backend) for the life of the process. Thread-safe: autograd runs backward on

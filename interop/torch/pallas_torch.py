@@ -82,9 +82,9 @@ def _softmax_setup(ctx, inputs, output):
 
 
 def _softmax_backward(ctx, grad):
-    # The library has no softmax backward kernel: plain torch ops, dx = y (g - sum(g y)).
+    # The library's backward kernel (kernels::softmax_bwd): dx = y (g - sum(g y)).
     (y,) = ctx.saved_tensors
-    return y * (grad - (grad * y).sum(dim=-1, keepdim=True))
+    return torch.ops.pallas.softmax_backward(y, grad.contiguous())
 
 
 _registered = False

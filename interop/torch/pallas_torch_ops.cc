@@ -4,6 +4,7 @@
 //   gelu_mul_out(x, y, out) -> ()          the same, written into the caller's `out`
 //   gelu_mul_backward(x, y, g) -> (dx, dy) its backward, one Pallas kernel
 //   softmax(x) -> out                      the library's pl::kernels::softmax over the last axis
+//   softmax_backward(y, g) -> dx           its backward, the library's pl::kernels::softmax_bwd
 //   debug_last_launch() -> (int, str, int, int)  for the tests: see debug_last_launch below
 //
 // Zero-copy: torch's memory is wrapped as non-owning pl::Array views and outputs are written
@@ -154,6 +155,22 @@ at::Tensor softmax(const at::Tensor& x) {
   return out;
 }
 
+// softmax's backward, the library's kernel: dx = y (g - sum(g y)) over the last axis.
+at::Tensor softmax_backward(const at::Tensor& y, const at::Tensor& g) {
+  const char* op = "softmax_backward";
+  check_softmax(y);
+  check_same(y, g, op, "y", "grad");
+  at::Tensor dx = at::empty(y.sizes(), y.options());
+  const int64_t cols = y.size(-1), rows = cols == 0 ? 0 : y.numel() / cols;
+  if (y.numel() == 0) return dx;
+  pl::DType dt = pallas_dtype(y, op, "y");
+  pl::Backend be = backend_for(y);
+  pl::Call call = cache().get(pi::cache_key(op, {rows, cols}, dt, be), [&] { return pi::softmax_backward(rows, cols, dt, be); });
+  pl::Array yv = view_of(y, {rows, cols}, op, "y"), gv = view_of(g, {rows, cols}, op, "grad"), dxv = view_of(dx, {rows, cols}, op, "dx");
+  launch(op, y, call, dxv, [&] { call.into({dxv}, {yv, gv}); });
+  return dx;
+}
+
 // (address of the output the last kernel wrote, the backend it ran on, calls run on the GPU
 // so far in this process, traced calls cached): the tests check zero-copy by pointer identity,
 // that CUDA tensors ran on the GPU, and that repeated calls reuse their traced Call.
@@ -181,6 +198,11 @@ at::Tensor softmax_meta(const at::Tensor& x) {
   check_softmax(x);
   return at::empty(x.sizes(), x.options());
 }
+at::Tensor softmax_backward_meta(const at::Tensor& y, const at::Tensor& g) {
+  check_softmax(y);
+  check_same(y, g, "softmax_backward", "y", "grad");
+  return at::empty(y.sizes(), y.options());
+}
 
 }  // namespace
 
@@ -189,6 +211,7 @@ TORCH_LIBRARY(pallas, m) {
   m.def("gelu_mul_out(Tensor x, Tensor y, Tensor(a!) out) -> ()");
   m.def("gelu_mul_backward(Tensor x, Tensor y, Tensor grad) -> (Tensor, Tensor)");
   m.def("softmax(Tensor x) -> Tensor");
+  m.def("softmax_backward(Tensor y, Tensor grad) -> Tensor");
   m.def("debug_last_launch() -> (int, str, int, int)", &debug_last_launch);
 }
 
@@ -197,6 +220,7 @@ TORCH_LIBRARY_IMPL(pallas, CUDA, m) {
   m.impl("gelu_mul_out", &gelu_mul_out);
   m.impl("gelu_mul_backward", &gelu_mul_backward);
   m.impl("softmax", &softmax);
+  m.impl("softmax_backward", &softmax_backward);
 }
 
 TORCH_LIBRARY_IMPL(pallas, CPU, m) {
@@ -204,6 +228,7 @@ TORCH_LIBRARY_IMPL(pallas, CPU, m) {
   m.impl("gelu_mul_out", &gelu_mul_out);
   m.impl("gelu_mul_backward", &gelu_mul_backward);
   m.impl("softmax", &softmax);
+  m.impl("softmax_backward", &softmax_backward);
 }
 
 TORCH_LIBRARY_IMPL(pallas, Meta, m) {
@@ -211,4 +236,5 @@ TORCH_LIBRARY_IMPL(pallas, Meta, m) {
   m.impl("gelu_mul_out", &gelu_mul_out_meta);
   m.impl("gelu_mul_backward", &gelu_mul_backward_meta);
   m.impl("softmax", &softmax_meta);
+  m.impl("softmax_backward", &softmax_backward_meta);
 }

@@ -116,7 +116,7 @@ def check_autograd(dev):
     (torch.ops.pallas.softmax(xs) * w).sum().backward()
     xr = x.detach().clone().requires_grad_()
     (torch.softmax(xr, -1) * w).sum().backward()
-    check(f"softmax {dev}: backward (torch ops) matches torch autograd", *close(xs.grad, xr.grad, torch.float32))
+    check(f"softmax {dev}: backward (a Pallas kernel, softmax_backward) matches torch autograd", *close(xs.grad, xr.grad, torch.float32))
     # finite differences in f32 (the ops take no f64), hence the loose tolerances
     a = torch.randn(2, 40, generator=g).to(dev).requires_grad_()
     b = torch.randn(2, 40, generator=g).to(dev).requires_grad_()
