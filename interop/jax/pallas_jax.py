@@ -79,7 +79,9 @@ def load(pallas_build_dir=None):
     if _lib is not None:
         return _lib
     lib = ctypes.cdll.LoadLibrary(str(build(pallas_build_dir)))
-    for name, symbol in [("pallas_gelu_mul", "PallasGeluMul"), ("pallas_softmax", "PallasSoftmax")]:
+    for name, symbol in [("pallas_gelu_mul", "PallasGeluMul"), ("pallas_softmax", "PallasSoftmax"),
+                         ("pallas_gelu_mul_backward", "PallasGeluMulBackward"),
+                         ("pallas_softmax_backward", "PallasSoftmaxBackward")]:
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cuda")), platform="CUDA")
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cpu")), platform="cpu")
     lib.pallas_jax_last_output.restype = ctypes.c_size_t
@@ -101,18 +103,51 @@ def _check(name, *xs):
             raise ValueError(f"pallas_jax.{name}: operands differ: {xs[0].shape} {xs[0].dtype} vs {x.shape} {x.dtype}")
 
 
+# Each op is a jax.custom_vjp whose backward is a Pallas kernel too, called through its own FFI
+# target (jax.grad, jax.vjp and jax.jit of a training step go through them).
+
+@jax.custom_vjp
 def gelu_mul(x, y):
-    """gelu(x) * y (tanh approximation), by a Pallas C++ kernel."""
+    """gelu(x) * y (tanh approximation), by a Pallas C++ kernel; its gradient by another."""
     _check("gelu_mul", x, y)
     return jax.ffi.ffi_call("pallas_gelu_mul", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
 
 
+def _gelu_mul_fwd(x, y):
+    return gelu_mul(x, y), (x, y)
+
+
+def _gelu_mul_bwd(res, g):
+    x, y = res
+    out = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    dx, dy = jax.ffi.ffi_call("pallas_gelu_mul_backward", (out, out))(x, y, g.astype(x.dtype))
+    return dx, dy
+
+
+gelu_mul.defvjp(_gelu_mul_fwd, _gelu_mul_bwd)
+
+
+@jax.custom_vjp
 def softmax(x):
-    """Softmax over the last axis, by the library's pl::kernels::softmax."""
+    """Softmax over the last axis, by the library's pl::kernels::softmax; its gradient by
+    pl::kernels::softmax_bwd."""
     _check("softmax", x)
     if x.ndim == 0:
         raise ValueError("pallas_jax.softmax: x must have at least one dimension")
     return jax.ffi.ffi_call("pallas_softmax", jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def _softmax_fwd(x):
+    y = softmax(x)
+    return y, y
+
+
+def _softmax_bwd(y, g):
+    dx = jax.ffi.ffi_call("pallas_softmax_backward", jax.ShapeDtypeStruct(y.shape, y.dtype))(y, g.astype(y.dtype))
+    return (dx,)
+
+
+softmax.defvjp(_softmax_fwd, _softmax_bwd)
 
 
 def last_launch():

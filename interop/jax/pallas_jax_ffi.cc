@@ -2,6 +2,9 @@
 //
 //   PallasGeluMulCuda / PallasGeluMulCpu   out = gelu(x) * y   (common/gelu_mul.h)
 //   PallasSoftmaxCuda / PallasSoftmaxCpu   softmax over the last axis (pl::kernels::softmax)
+//   PallasGeluMulBackwardCuda / ...Cpu     (x, y, g) -> (dx, dy), gelu_mul's backward kernel
+//   PallasSoftmaxBackwardCuda / ...Cpu     (y, g) -> dx, the library's pl::kernels::softmax_bwd
+//   (pallas_jax.py attaches the two backwards to the forwards with jax.custom_vjp)
 //
 // On the GPU the handler wraps XLA's buffers as non-owning pl::Array device views and writes
 // the result with Call::into, so the kernel reads the operands and writes the result buffer
@@ -117,6 +120,48 @@ ffi::Error softmax(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::AnyBuffe
   return launch("softmax", stream, gpu, call, ov, [&] { call.into({ov}, {xv}); });
 }
 
+ffi::Error gelu_mul_backward(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer g,
+                             ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy) {
+  const char* op = "gelu_mul_backward";
+  if (gpu && ordinal != 0)
+    return ffi::Error::InvalidArgument(std::string("pallas ") + op + ": runs on GPU 0 only so far (got device " + std::to_string(ordinal) + ")");
+  if (std::string e = check(op, x, y, "y"); !e.empty()) return ffi::Error::InvalidArgument(e);
+  if (std::string e = check(op, x, g, "the cotangent"); !e.empty()) return ffi::Error::InvalidArgument(e);
+  const int64_t n = static_cast<int64_t>(x.element_count());
+  if (n == 0) return ffi::Error::Success();
+  pl::DType dt;
+  pallas_dtype(x.element_type(), &dt);
+  pl::Backend be = gpu ? pl::Backend::Cuda : pl::Backend::Interpret;
+  pl::Call call = cache().get(pi::cache_key(op, {n}, dt, be), [&] { return pi::gelu_mul_backward(n, dt, be); });
+  pl::Array xv = pl::Array::view(x.untyped_data(), {n}, dt, device_for(gpu));
+  pl::Array yv = pl::Array::view(y.untyped_data(), {n}, dt, device_for(gpu));
+  pl::Array gv = pl::Array::view(g.untyped_data(), {n}, dt, device_for(gpu));
+  pl::Array dxv = pl::Array::view(dx->untyped_data(), {n}, dt, device_for(gpu));
+  pl::Array dyv = pl::Array::view(dy->untyped_data(), {n}, dt, device_for(gpu));
+  return launch(op, stream, gpu, call, dxv, [&] { call.into({dxv, dyv}, {xv, yv, gv}); });
+}
+
+ffi::Error softmax_backward(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::AnyBuffer y, ffi::AnyBuffer g,
+                            ffi::Result<ffi::AnyBuffer> dx) {
+  const char* op = "softmax_backward";
+  if (gpu && ordinal != 0)
+    return ffi::Error::InvalidArgument(std::string("pallas ") + op + ": runs on GPU 0 only so far (got device " + std::to_string(ordinal) + ")");
+  if (std::string e = check(op, y, g, "the cotangent"); !e.empty()) return ffi::Error::InvalidArgument(e);
+  auto dims = y.dimensions();
+  if (dims.size() == 0) return ffi::Error::InvalidArgument(std::string("pallas ") + op + ": y must have at least one dimension");
+  const int64_t n = static_cast<int64_t>(y.element_count()), cols = dims[dims.size() - 1];
+  if (n == 0) return ffi::Error::Success();
+  const int64_t rows = n / cols;
+  pl::DType dt;
+  pallas_dtype(y.element_type(), &dt);
+  pl::Backend be = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
+  pl::Call call = cache().get(pi::cache_key(op, {rows, cols}, dt, be), [&] { return pi::softmax_backward(rows, cols, dt, be); });
+  pl::Array yv = pl::Array::view(y.untyped_data(), {rows, cols}, dt, device_for(gpu));
+  pl::Array gv = pl::Array::view(g.untyped_data(), {rows, cols}, dt, device_for(gpu));
+  pl::Array dxv = pl::Array::view(dx->untyped_data(), {rows, cols}, dt, device_for(gpu));
+  return launch(op, stream, gpu, call, dxv, [&] { call.into({dxv}, {yv, gv}); });
+}
+
 ffi::Error gelu_mul_cuda(cudaStream_t s, int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> o) {
   return gelu_mul(s, ordinal, true, x, y, o);
 }
@@ -127,6 +172,20 @@ ffi::Error softmax_cuda(cudaStream_t s, int32_t ordinal, ffi::AnyBuffer x, ffi::
   return softmax(s, ordinal, true, x, o);
 }
 ffi::Error softmax_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> o) { return softmax(nullptr, 0, false, x, o); }
+ffi::Error gelu_mul_backward_cuda(cudaStream_t s, int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer g,
+                                  ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dy) {
+  return gelu_mul_backward(s, ordinal, true, x, y, g, dx, dy);
+}
+ffi::Error gelu_mul_backward_cpu(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> dx,
+                                 ffi::Result<ffi::AnyBuffer> dy) {
+  return gelu_mul_backward(nullptr, 0, false, x, y, g, dx, dy);
+}
+ffi::Error softmax_backward_cuda(cudaStream_t s, int32_t ordinal, ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> dx) {
+  return softmax_backward(s, ordinal, true, y, g, dx);
+}
+ffi::Error softmax_backward_cpu(ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> dx) {
+  return softmax_backward(nullptr, 0, false, y, g, dx);
+}
 
 }  // namespace
 
@@ -146,6 +205,31 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasSoftmaxCuda, softmax_cuda,
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasSoftmaxCpu, softmax_cpu, ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasGeluMulBackwardCuda, gelu_mul_backward_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasGeluMulBackwardCpu, gelu_mul_backward_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasSoftmaxBackwardCuda, softmax_backward_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<cudaStream_t>>()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasSoftmaxBackwardCpu, softmax_backward_cpu,
+                              ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>());
 
 // For the tests (ctypes): the address of the output the last kernel wrote, and its backend.
 extern "C" uintptr_t pallas_jax_last_output() { return g_last_out.load(); }

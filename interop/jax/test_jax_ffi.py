@@ -105,6 +105,18 @@ def check_device(dev):
         check(f"chain {name} (run {i}): jit(softmax(gelu_mul(2x, y) + 1) * 3) matches jnp",
               *close(chain(x, y), ref, jnp.float32, tol=1e-3))
 
+    # gradients (jax.custom_vjp, the backward a Pallas kernel too) against jnp's, in jax.jit
+    x = jax.device_put(jax.random.normal(jax.random.key(3), (6, 700)), dev)
+    y = jax.device_put(jax.random.normal(jax.random.key(4), (6, 700)), dev)
+    w = jax.device_put(jax.random.normal(jax.random.key(5), (6, 700)), dev)
+    got = jax.jit(jax.grad(lambda x, y: jnp.sum(pallas_jax.gelu_mul(x, y) * w), argnums=(0, 1)))(x, y)
+    want = jax.grad(lambda x, y: jnp.sum(ref_gelu_mul(x, y) * w), argnums=(0, 1))(x, y)
+    check(f"gelu_mul {name}: jax.grad (a Pallas backward kernel) matches jnp's",
+          close(got[0], want[0], jnp.float32)[0] and close(got[1], want[1], jnp.float32)[0])
+    got = jax.jit(jax.grad(lambda x: jnp.sum(pallas_jax.softmax(x) * w)))(x)
+    want = jax.grad(lambda x: jnp.sum(ref_softmax(x) * w))(x)
+    check(f"softmax {name}: jax.grad (pl::kernels::softmax_bwd) matches jnp's", *close(got, want, jnp.float32))
+
     # errors: a dtype the kernels do not take (at trace time), and operands the handler itself
     # refuses (the raw ffi_call, past the Python checks), which JAX raises with the message
     xi = jax.device_put(jnp.ones((8,), jnp.int32), dev)
