@@ -215,6 +215,31 @@ struct Tx {
     if (it == root.end()) throw Error(what + ": internal: vjp met a ref that is not one of the kernel's");
     return it->second;
   }
+  // A frame nested in s's (a loop body, a branch): the same kernel refs and cotangent refs'
+  // avals, none of its cotangent refs bound yet.
+  static Tx nested(const Tx& s) {
+    Tx b;
+    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    b.dx.assign(s.dx.size(), Value());
+    return b;
+  }
+  // v (an invar of a body being rebuilt in f) as a new invar of f; a ref passed in as `outer`
+  // stays the kernel ref it is.
+  Value bind(trace::Frame& f, const ir::Var& v, const ir::Atom& outer, const Tx& s) {
+    ir::Aval av = v.aval;
+    av.weak = false;
+    Value x = p[v.id] = trace::make_value(f.add_invar(av));
+    if (auto* o = std::get_if<ir::Var>(&outer); o && v.aval.is_ref)
+      if (auto r = s.root.find(o->id); r != s.root.end()) root[v.id] = r->second;
+    return x;
+  }
+  // The kernel inputs whose cotangent refs this frame holds.
+  std::vector<size_t> dx_bound() const {
+    std::vector<size_t> r;
+    for (size_t k = 0; k < dx.size(); ++k)
+      if (dx[k].defined()) r.push_back(k);
+    return r;
+  }
   void add_ct(const ir::Atom& a, const Value& c) {
     auto* v = std::get_if<ir::Var>(&a);
     if (!v || !c.defined() || !is_float(v->aval.dtype) || v->aval.is_ref) return;
@@ -223,6 +248,22 @@ struct Tx {
     slot = slot.defined() ? slot + fitted : fitted;
   }
 };
+
+// A new (not weak) invar of the frame being built.
+Value new_invar(trace::Frame& f, ir::Aval av) {
+  av.weak = false;
+  return trace::make_value(f.add_invar(av));
+}
+
+// Of e's operands [first, first + n), those that take a cotangent: floating values, not refs.
+std::vector<size_t> floating_values(const ir::Eqn& e, size_t first, size_t n) {
+  std::vector<size_t> r;
+  for (size_t k = 0; k < n; ++k) {
+    const ir::Aval av = ir::atom_aval(e.in[first + k]);
+    if (!av.is_ref && is_float(av.dtype)) r.push_back(k);
+  }
+  return r;
+}
 
 struct Store {
   const ir::Eqn* e;
@@ -295,26 +336,13 @@ std::vector<Value> saving_loop(const ir::Eqn& e, Tx& s, const Tx::Tape& tape) {
   ir::JaxprPtr sj;
   {
     trace::Frame f(&trace::require_frame("vjp").context(), true);
-    auto add = [&](ir::Aval av) {
-      av.weak = false;
-      return trace::make_value(f.add_invar(av));
-    };
-    Tx b;
-    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
-    b.dx.assign(s.dx.size(), Value());
-    Value i = add(body.invars[0].aval);
+    Tx b = Tx::nested(s);
+    Value i = new_invar(f, body.invars[0].aval);
     b.p[body.invars[0].id] = i;
-    for (size_t c = 0; c < nc; ++c) b.p[body.invars[1 + c].id] = add(body.invars[1 + c].aval);
-    for (size_t k = 0; k < nconst; ++k) {
-      const ir::Var& v = body.invars[1 + nc + k];
-      b.p[v.id] = add(v.aval);
-      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
-        auto r = s.root.find(o->id);
-        if (r != s.root.end()) b.root[v.id] = r->second;
-      }
-    }
+    for (size_t c = 0; c < nc; ++c) b.p[body.invars[1 + c].id] = new_invar(f, body.invars[1 + c].aval);
+    for (size_t k = 0; k < nconst; ++k) b.bind(f, body.invars[1 + nc + k], e.in[2 + nc + k], s);
     for (size_t c = 0; c < nc; ++c) {
-      Value t = add(ir::atom_aval(trace::atom_of(tape.refs[c], "vjp")));
+      Value t = new_invar(f, ir::atom_aval(trace::atom_of(tape.refs[c], "vjp")));
       store(Ref(t), tape_step(i - static_cast<int>(tape.lo), body.invars[1 + c].aval.shape.size()), b.p[body.invars[1 + c].id]);
     }
     replay(body, b, nullptr);
@@ -411,39 +439,20 @@ void transpose_fori(const ir::Eqn& e, Tx& s) {
   }
   if (!any) return;
   // the reverse loop: [i, ct carries (per floating value operand)..., consts..., ct_out..., dx refs...]
-  std::vector<size_t> vconst;  // consts that take a cotangent (floating values)
-  for (size_t k = 0; k < nconst; ++k) {
-    const ir::Aval av = ir::atom_aval(e.in[2 + nc + k]);
-    if (!av.is_ref && is_float(av.dtype)) vconst.push_back(k);
-  }
-  std::vector<size_t> dx_in;
-  for (size_t r = 0; r < s.dx.size(); ++r)
-    if (s.dx[r].defined()) dx_in.push_back(r);
+  const std::vector<size_t> vconst = floating_values(e, 2 + nc, nconst);  // consts that take a cotangent
+  const std::vector<size_t> dx_in = s.dx_bound();
   ir::JaxprPtr rj;
   {
     trace::Frame f(&trace::require_frame("vjp").context(), true);
-    auto add = [&](ir::Aval av) {
-      av.weak = false;
-      return trace::make_value(f.add_invar(av));
-    };
-    Tx b;
-    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
-    b.p[body.invars[0].id] = add(body.invars[0].aval);
+    Tx b = Tx::nested(s);
+    b.p[body.invars[0].id] = new_invar(f, body.invars[0].aval);
     std::vector<Value> ctc;
-    for (size_t k : vconst) ctc.push_back(add(body.invars[1 + nc + k].aval));
-    for (size_t k = 0; k < nconst; ++k) {
-      const ir::Var& v = body.invars[1 + nc + k];
-      b.p[v.id] = add(v.aval);
-      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
-        auto r = s.root.find(o->id);
-        if (r != s.root.end()) b.root[v.id] = r->second;
-      }
-    }
+    for (size_t k : vconst) ctc.push_back(new_invar(f, body.invars[1 + nc + k].aval));
+    for (size_t k = 0; k < nconst; ++k) b.bind(f, body.invars[1 + nc + k], e.in[2 + nc + k], s);
     std::vector<Value> cto(nc);
     for (size_t c = 0; c < nc; ++c)
-      if (ct_out[c].defined()) cto[c] = add(ir::Aval::array(ct_out[c].shape(), ct_out[c].dtype()));
-    b.dx.assign(s.dx.size(), Value());
-    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+      if (ct_out[c].defined()) cto[c] = new_invar(f, ir::Aval::array(ct_out[c].shape(), ct_out[c].dtype()));
+    for (size_t r : dx_in) b.dx[r] = new_invar(f, s.dx_aval[r]);
     std::vector<const ir::Eqn*> order = replay(body, b, nullptr, adds);
     for (size_t c = 0; c < nc; ++c)
       if (cto[c].defined()) b.add_ct(term[c], cto[c]);
@@ -491,49 +500,29 @@ void transpose_fori_state(const ir::Eqn& e, Tx& s) {
     ct_out.push_back(it != s.ct.end() ? it->second : zeros_like(s.get(e.out[c])));
   }
   if (!any) return;
-  std::vector<size_t> vconst;  // consts that take a cotangent (floating values)
-  for (size_t k = 0; k < nconst; ++k) {
-    const ir::Aval av = ir::atom_aval(e.in[2 + nc + k]);
-    if (!av.is_ref && is_float(av.dtype)) vconst.push_back(k);
-  }
-  std::vector<size_t> dx_in;
-  for (size_t r = 0; r < s.dx.size(); ++r)
-    if (s.dx[r].defined()) dx_in.push_back(r);
+  const std::vector<size_t> vconst = floating_values(e, 2 + nc, nconst);  // consts that take a cotangent
+  const std::vector<size_t> dx_in = s.dx_bound();
   auto tape_it = s.tapes.find(&e);
   const Tx::Tape* tape = tape_it == s.tapes.end() ? nullptr : &tape_it->second;
   // the reverse loop: [j, ct carries..., ct consts..., lo, hi, init carries..., consts..., dx refs..., tapes...]
   ir::JaxprPtr rj;
   {
     trace::Frame f(&trace::require_frame("vjp").context(), true);
-    auto add = [&](ir::Aval av) {
-      av.weak = false;
-      return trace::make_value(f.add_invar(av));
-    };
-    Tx b;
-    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
-    Value j = add(body.invars[0].aval);
+    Tx b = Tx::nested(s);
+    Value j = new_invar(f, body.invars[0].aval);
     std::vector<Value> ctc, ctk;
-    for (size_t c : fc) ctc.push_back(add(body.invars[1 + c].aval));
-    for (size_t k : vconst) ctk.push_back(add(body.invars[1 + nc + k].aval));
-    Value lo = add(body.invars[0].aval), hi = add(body.invars[0].aval);
+    for (size_t c : fc) ctc.push_back(new_invar(f, body.invars[1 + c].aval));
+    for (size_t k : vconst) ctk.push_back(new_invar(f, body.invars[1 + nc + k].aval));
+    Value lo = new_invar(f, body.invars[0].aval), hi = new_invar(f, body.invars[0].aval);
     std::vector<Value> fwd_ops{lo, Value()};  // the recomputing loop: [lo, i, init..., consts...]
-    for (size_t c = 0; c < nc; ++c) fwd_ops.push_back(add(body.invars[1 + c].aval));
-    for (size_t k = 0; k < nconst; ++k) {
-      const ir::Var& v = body.invars[1 + nc + k];
-      b.p[v.id] = add(v.aval);
-      fwd_ops.push_back(b.p[v.id]);
-      if (auto* o = std::get_if<ir::Var>(&e.in[2 + nc + k]); o && v.aval.is_ref) {
-        auto r = s.root.find(o->id);
-        if (r != s.root.end()) b.root[v.id] = r->second;
-      }
-    }
-    b.dx.assign(s.dx.size(), Value());
-    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+    for (size_t c = 0; c < nc; ++c) fwd_ops.push_back(new_invar(f, body.invars[1 + c].aval));
+    for (size_t k = 0; k < nconst; ++k) fwd_ops.push_back(b.bind(f, body.invars[1 + nc + k], e.in[2 + nc + k], s));
+    for (size_t r : dx_in) b.dx[r] = new_invar(f, s.dx_aval[r]);
     Value i = (lo + hi - 1 - j).astype(body.invars[0].aval.dtype);
     std::vector<Value> ci;
     if (tape) {  // saved by the replayed forward
       for (size_t c = 0; c < nc; ++c) {
-        Value t = add(ir::atom_aval(trace::atom_of(tape->refs[c], "vjp")));
+        Value t = new_invar(f, ir::atom_aval(trace::atom_of(tape->refs[c], "vjp")));
         ci.push_back(load(Ref(t), tape_step(i - static_cast<int>(tape->lo), body.invars[1 + c].aval.shape.size())));
       }
     } else {  // recomputed: the forward loop again, from lo to i
@@ -591,36 +580,17 @@ void transpose_cond(const ir::Eqn& e, Tx& s) {
     ct_out.push_back(it != s.ct.end() ? it->second : zeros_like(s.get(e.out[k])));
   }
   if (!any) return;
-  std::vector<size_t> vop;  // operands that take a cotangent (floating values)
-  for (size_t k = 0; k < nops; ++k) {
-    const ir::Aval av = ir::atom_aval(e.in[1 + k]);
-    if (!av.is_ref && is_float(av.dtype)) vop.push_back(k);
-  }
-  std::vector<size_t> dx_in;
-  for (size_t r = 0; r < s.dx.size(); ++r)
-    if (s.dx[r].defined()) dx_in.push_back(r);
+  const std::vector<size_t> vop = floating_values(e, 1, nops);  // operands that take a cotangent
+  const std::vector<size_t> dx_in = s.dx_bound();
   // each transposed branch: [ct results..., operands..., dx refs...] -> ct operands
   std::vector<ir::JaxprPtr> tb;
   for (const ir::JaxprPtr& br : branches) {
     trace::Frame f(&trace::require_frame("vjp").context(), true);
-    auto add = [&](ir::Aval av) {
-      av.weak = false;
-      return trace::make_value(f.add_invar(av));
-    };
-    Tx b;
-    b.what = s.what, b.nin = s.nin, b.root = s.root, b.dx_aval = s.dx_aval;
+    Tx b = Tx::nested(s);
     std::vector<Value> cto;
-    for (size_t k : fo) cto.push_back(add(e.out[k].aval));
-    for (size_t k = 0; k < nops; ++k) {
-      const ir::Var& v = br->invars[k];
-      b.p[v.id] = add(v.aval);
-      if (auto* o = std::get_if<ir::Var>(&e.in[1 + k]); o && v.aval.is_ref) {
-        auto r = s.root.find(o->id);
-        if (r != s.root.end()) b.root[v.id] = r->second;
-      }
-    }
-    b.dx.assign(s.dx.size(), Value());
-    for (size_t r : dx_in) b.dx[r] = add(s.dx_aval[r]);
+    for (size_t k : fo) cto.push_back(new_invar(f, e.out[k].aval));
+    for (size_t k = 0; k < nops; ++k) b.bind(f, br->invars[k], e.in[1 + k], s);
+    for (size_t r : dx_in) b.dx[r] = new_invar(f, s.dx_aval[r]);
     std::vector<const ir::Eqn*> order = replay(*br, b, nullptr);
     for (size_t n = 0; n < fo.size(); ++n) b.add_ct(br->outvars[fo[n]], cto[n]);
     reverse(order, b);
@@ -724,6 +694,16 @@ std::vector<SavedLoop> loops_to_save(const ir::Jaxpr& kj, int64_t programs) {
   return r;
 }
 
+// An index map's invars, the grid indices (into pid), and the program's row-major linear id.
+Value program_ids(trace::Frame& f, const std::vector<int64_t>& grid, std::vector<Value>& pid) {
+  Value lin(0);
+  for (int64_t g : grid) {
+    pid.push_back(trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32))));
+    lin = lin * static_cast<int>(g) + pid.back();
+  }
+  return lin.astype(DType::I32);
+}
+
 // The block of a tape: program p (row-major over the grid) writes row p.
 core::BlockMapping tape_mapping(const std::string& what, const std::vector<int64_t>& grid, int64_t programs, int64_t steps,
                                 const ir::Aval& carry) {
@@ -738,9 +718,8 @@ core::BlockMapping tape_mapping(const std::string& what, const std::vector<int64
   m.squeezed[0] = true;
   trace::KernelContext ctx{what, grid, false};
   trace::Frame f(&ctx, false);
-  Value lin(0);
-  for (size_t k = 0; k < grid.size(); ++k) lin = lin * static_cast<int>(grid[k]) + trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32)));
-  std::vector<ir::Atom> outs{trace::atom_of(lin.astype(DType::I32), "vjp")};
+  std::vector<Value> pid;
+  std::vector<ir::Atom> outs{trace::atom_of(program_ids(f, grid, pid), "vjp")};
   for (size_t d = 1; d < m.array.shape.size(); ++d) outs.push_back(ir::Literal::of_int(0, DType::I32));
   m.index_map = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
   return m;
@@ -971,11 +950,7 @@ core::PallasCall vjp_pallas_call(const core::PallasCall& c, VjpOptions opts) {
       trace::KernelContext ctx{m.what, c.grid.grid, false};
       trace::Frame f(&ctx, false);
       std::vector<Value> pid;
-      Value lin(0);
-      for (size_t a = 0; a < c.grid.grid.size(); ++a) {
-        pid.push_back(trace::make_value(f.add_invar(ir::Aval::array({}, DType::I32))));
-        lin = lin * static_cast<int>(c.grid.grid[a]) + pid.back();
-      }
+      Value lin = program_ids(f, c.grid.grid, pid);
       std::vector<ir::Atom> outs{trace::atom_of((lin % static_cast<int>(spread[k])).astype(DType::I32), "vjp")};
       for (const Value& v : inline_jaxpr(*c.grid.inputs[k].index_map, pid)) outs.push_back(trace::atom_of(v, "vjp"));
       m.index_map = std::make_shared<const ir::Jaxpr>(f.finish(outs, nullptr));
