@@ -132,12 +132,20 @@ TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
             "dot 0: simt 64x64x32 (Precision::Highest f32 (tf32 would round it))\n");
   EXPECT_EQ(section(matmul(64, 64, 32, pl::f64, 4), mm_args(pl::f64), "dot-kinds"),
             "dot 0: simt 64x64x32 (no tensor-core instruction for f64)\n");
-  // 256 columns: one n256 wgmma a tile up to 8 warps; with 16 a thread has 128 registers, and
-  // the n256 accumulators alone would take them all (ptxas refused it): n128 tiles
+  // 256 columns: one n256 wgmma a tile on one warpgroup; a 64-row block on more warpgroups has
+  // its columns split so that each takes a tile (none idles holding the accumulator's registers)
+  EXPECT_EQ(section(matmul(64, 256, 64, pl::bf16, 4), mm_args(pl::bf16), "dot-kinds"),
+            "dot 0: wgmma 64x256x64, 1 warpgroups, tiles 1x1 of 64x256, 1 per worker, result in fragments\n");
   EXPECT_EQ(section(matmul(64, 256, 64, pl::bf16, 8), mm_args(pl::bf16), "dot-kinds"),
-            "dot 0: wgmma 64x256x64, 2 warpgroups, tiles 1x1 of 64x256, 1 per worker, result in fragments\n");
+            "dot 0: wgmma 64x256x64, 2 warpgroups, tiles 1x2 of 64x128, 1 per worker, result in fragments\n");
   EXPECT_EQ(section(matmul(64, 256, 64, pl::bf16, 16), mm_args(pl::bf16), "dot-kinds"),
-            "dot 0: wgmma 64x256x64, 4 warpgroups, tiles 1x2 of 64x128, 1 per worker, result in fragments\n");
+            "dot 0: wgmma 64x256x64, 4 warpgroups, tiles 1x4 of 64x64, 1 per worker, result in fragments\n");
+  // past 256 threads a thread has too few registers for n256 (ptxas refused it): n128 tiles
+  EXPECT_EQ(section(matmul(128, 256, 64, pl::bf16, 16), mm_args(pl::bf16), "dot-kinds"),
+            "dot 0: wgmma 128x256x64, 4 warpgroups, tiles 2x2 of 64x128, 1 per worker, result in fragments\n");
+  // i8: wgmma's n in multiples of 16, so a 64 x 16 block cannot split over two warpgroups
+  EXPECT_EQ(section(matmul(64, 16, 64, pl::i8, 8), mm_args(pl::i8), "dot-kinds"),
+            "dot 0: wgmma 64x16x64, 2 warpgroups, tiles 1x1 of 64x16, 1 per worker, result in fragments\n");
 }
 
 TEST(CudaPasses, ScratchGoesAtTheBottomAligned) {

@@ -82,6 +82,16 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     // n256 wgmma in a 16-warp kernel failed in ptxas: "insufficient registers (128)").
     const int64_t widest = P.threads <= 256 ? 256 : P.threads <= 512 ? 128 : 64;
     q.NS = (np <= widest ? np : std::min<int64_t>(128, widest)) / 8;
+    // Fewer tiles than warpgroups (a 64-row block on 8+ warps): split the columns so that every
+    // warpgroup takes a tile, as Triton spreads its warps over N once M is covered. Otherwise the
+    // idle warpgroups still hold the whole accumulator's registers (a [64, 256] f32 carry is 128
+    // a thread) and wait out every dot.
+    const int64_t want_tn = (q.W + q.TM - 1) / q.TM, min_ns = step / 8;
+    if (q.TM * ((d.N + 8 * q.NS - 1) / (8 * q.NS)) < q.W) {
+      int64_t ns = (np / 8 + want_tn - 1) / want_tn;
+      ns = (ns + min_ns - 1) / min_ns * min_ns;
+      if (ns < q.NS) q.NS = ns;
+    }
   } else {
     q.W = P.threads / 32;
     q.TM = (d.M + 15) / 16;
