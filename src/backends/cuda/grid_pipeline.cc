@@ -72,8 +72,9 @@ bool plan_view(const core::BlockMapping& bm, GridPipelinedInput& in) {
 
 }  // namespace
 
-// budget: shared memory the stages may take, with what is below them (KernelPlan::budgets).
-std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base, size_t budget) {
+// budget: shared memory the stages may take, with what is below them (KernelPlan::budgets);
+// stages: at most this many (the kernel's stages, capped by lower()'s retry), at least 2.
+std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base, size_t budget, int stages) {
   const core::GridMapping& gm = call.grid;
   if (!tma || gm.inputs.empty()) return std::nullopt;
   const ir::Jaxpr& k = *call.kernel;
@@ -113,8 +114,7 @@ std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, boo
     gp.stage_bytes += (in.bytes + 127) & ~size_t{127};
   }
   gp.base = (smem_base + 127) & ~size_t{127};
-  int want = std::max(2, call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3);
-  for (gp.stages = want; gp.stages >= 2 && gp.base + gp.stages * gp.stage_bytes + 8 * gp.stages > budget; --gp.stages) {
+  for (gp.stages = stages; gp.stages >= 2 && gp.base + gp.stages * gp.stage_bytes + 8 * gp.stages > budget; --gp.stages) {
   }
   if (gp.stages < 2) return std::nullopt;
   gp.bars = gp.base + gp.stages * gp.stage_bytes;
@@ -188,7 +188,7 @@ namespace pallas::cuda {
 // The grid-pipeline pass: its stages go above scratch and resident outputs.
 void plan_grid_pipeline_pass(const core::PallasCall& call, KernelPlan& P) {
   std::optional<GridPipeline>& gp = P.grid.pipeline;
-  gp = plan_grid_pipeline(call, P.tma && P.grid_pipeline_allowed, P.smem.top(), P.budgets.grid_stages);
+  gp = plan_grid_pipeline(call, P.tma && P.grid_pipeline_allowed, P.smem.top(), P.budgets.grid_stages, std::max(2, P.stages));
   if (gp) P.smem.regions.push_back({"grid pipeline: " + std::to_string(gp->stages) + " stages and their mbarriers", gp->base, gp->end - gp->base});
   const Target& t = P.target;
   std::string no_tma = !P.wgmma ? "no TMA on " + (t.arch.empty() ? std::string("this target") : t.arch)

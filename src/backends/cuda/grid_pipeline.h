@@ -33,7 +33,7 @@ namespace pallas::cuda {
 
 // The plan for `call` with shared memory free from `smem_base`; nullopt when nothing is
 // pipelined. `tma`: tensor copies are allowed (sm_90a JIT).
-std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base, size_t budget);
+std::optional<GridPipeline> plan_grid_pipeline(const core::PallasCall& call, bool tma, size_t smem_base, size_t budget, int stages);
 
 // Emits, in all threads, the evaluation of the pipelined inputs' index maps for the program
 // whose ids are `pids`, then (thread 0) the stage's transaction count and tensor copies into

@@ -649,19 +649,24 @@ Lowered lower(const core::PallasCall& call, const Target& target) {
     return L;
   };
   Lowered L = plan_and_print(/*grid_pipeline=*/true);
-  // The grid pipeline plans its stages before the body takes its own shared memory; a kernel
-  // that then no longer fits is planned and printed without it (it fitted before the stages
-  // were added, or fails with the same error as without them).
-  if (L.grid_pipelined && L.smem_bytes > L.smem_limit) L = plan_and_print(/*grid_pipeline=*/false);
-  // Likewise a loop pipeline plans its buffers before the exchanges inside the loop take their
-  // place above them: a kernel still over the limit is planned again with a stage fewer, down
-  // to none, instead of being refused at launch (the dQ kernel of an f32 attention backward
-  // with 128 x 128 blocks came out 16 bytes over on an H100). One allocator that sees the
-  // exchanges before the buffers are placed would decide this once.
+  // The grid and loop pipelines plan their stages before the body's exchanges take their place
+  // above them: a kernel then over the limit is planned again with a stage fewer, down to the
+  // fewest a pipeline runs with, and then without the grid pipeline (it fitted before the
+  // stages were added, or fails with the same error as without them), instead of being refused
+  // at launch (the dQ kernel of an f32 attention backward with 128 x 128 blocks came out 16
+  // bytes over on an H100). One allocator that sees the exchanges before the buffers are placed
+  // would decide this once.
   const int stages = call.compiler_params.num_stages > 0 ? call.compiler_params.num_stages : 3;
-  for (int cap = stages - 1; cap >= 1 && L.smem_bytes > L.smem_limit; --cap) {
-    Lowered again = plan_and_print(L.grid_pipelined, cap);
-    if (again.smem_bytes < L.smem_bytes) L = std::move(again);
+  auto fewer_stages = [&] {
+    for (int cap = stages - 1; cap >= 1 && L.smem_bytes > L.smem_limit; --cap) {
+      Lowered again = plan_and_print(L.grid_pipelined, cap);
+      if (again.smem_bytes < L.smem_bytes) L = std::move(again);
+    }
+  };
+  fewer_stages();
+  if (L.grid_pipelined && L.smem_bytes > L.smem_limit) {
+    L = plan_and_print(/*grid_pipeline=*/false);
+    fewer_stages();
   }
   return L;
 }
