@@ -550,12 +550,17 @@ int main() {
       std::printf("bf16_%s_16384x4096_automatic_vjp,%.4f,x_hand_written,%.2f,hand_ms=%.3f,dx_reldiff=%g\n", which, ms_auto, ms_auto / ms_hand, ms_hand, err);
     });
   }
-  // The dK/dV and dQ kernels of D128 alone over their blocks, warps and stages (B4 H16 S4096;
-  // CUDA_BENCH_ONLY=bwdsweep).
-  for (bool causal : {false, true}) {
+  // The dK/dV and dQ kernels alone over their blocks, warps and stages (B4 H16 S4096, D128 and
+  // D256; CUDA_BENCH_ONLY=bwdsweep).
+  struct SweepCase {
+    int64_t D;
+    bool causal;
+  };
+  for (SweepCase sc : {SweepCase{128, false}, SweepCase{128, true}, SweepCase{256, false}}) {
     if (!section("bwdsweep")) break;
     row([&] {
-      int64_t B = 4, H = 16, S = 4096, D = 128;
+      const bool causal = sc.causal;
+      int64_t B = 4, H = 16, S = 4096, D = sc.D;
       pl::kernels::AttentionConfig cfg;
       cfg.causal = causal;
       pl::Shape sh{B, H, S, D};
@@ -569,26 +574,28 @@ int main() {
         int64_t bq, bk;
         int warps, stages;
       };
-      for (Variant x : {Variant{64, 64, 4, 2}, Variant{64, 64, 4, 3}, Variant{64, 128, 8, 2}, Variant{128, 128, 8, 2}}) {
+      std::vector<Variant> variants = {Variant{64, 64, 4, 2}, Variant{64, 64, 4, 3}, Variant{64, 128, 8, 2}, Variant{128, 128, 8, 2}};
+      if (D > 128) variants = {Variant{64, 64, 4, 2}, Variant{64, 64, 8, 2}, Variant{64, 64, 16, 2}, Variant{128, 64, 8, 2}};
+      for (Variant x : variants) {
         pl::kernels::AttentionBwdConfig bcfg;
         bcfg.block_q = x.bq, bcfg.block_k = x.bk, bcfg.compiler_params = {.num_warps = x.warps, .num_stages = x.stages};
         std::vector<pl::Array> tmp;
         double flops = 4.0 * B * H * S * S * D / (causal ? 2 : 1);  // each kernel: two of the backward's dots of 2 B H S^2 D
         char label[128];
-        std::snprintf(label, sizeof label, "bq%lld_bk%lld_w%d_s%d%s", (long long)x.bq, (long long)x.bk, x.warps, x.stages, causal ? "_causal" : "");
+        std::snprintf(label, sizeof label, "D%lld_bq%lld_bk%lld_w%d_s%d%s", (long long)D, (long long)x.bq, (long long)x.bk, x.warps, x.stages, causal ? "_causal" : "");
         try {
           pl::Call dkdv = pl::kernels::flash_attention_bwd_dkdv(B, H, S, D, pl::bf16, cfg, bcfg);
           double ms = median_ms([&] { tmp = dkdv({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
-          std::printf("bf16_attention_bwd_dkdv_D128_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 2 * flops / ms / 1e9);
+          std::printf("bf16_attention_bwd_dkdv_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 2 * flops / ms / 1e9);
         } catch (const std::exception& e) {
-          std::printf("bf16_attention_bwd_dkdv_D128_%s,0,-,0,error: %.160s\n", label, e.what());
+          std::printf("bf16_attention_bwd_dkdv_%s,0,-,0,error: %.160s\n", label, e.what());
         }
         try {
           pl::Call dq = pl::kernels::flash_attention_bwd_dq(B, H, S, D, pl::bf16, cfg, bcfg);
           double ms = median_ms([&] { tmp = dq({q, k, v, dout, o_lse[1], delta[0]}); }, 10);
-          std::printf("bf16_attention_bwd_dq_D128_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 1.5 * flops / ms / 1e9);
+          std::printf("bf16_attention_bwd_dq_%s,%.4f,TFLOP/s,%.2f\n", label, ms, 1.5 * flops / ms / 1e9);
         } catch (const std::exception& e) {
-          std::printf("bf16_attention_bwd_dq_D128_%s,0,-,0,error: %.160s\n", label, e.what());
+          std::printf("bf16_attention_bwd_dq_%s,0,-,0,error: %.160s\n", label, e.what());
         }
       }
     });
@@ -700,15 +707,19 @@ int main() {
       auto w = pl::random::normal({C}, pl::bf16, 42).to(pl::Device::cuda(0));
       auto dy = pl::random::normal({R, C}, pl::bf16, 44).to(pl::Device::cuda(0));
       auto st = pl::random::uniform({R}, pl::f32, 45).to(pl::Device::cuda(0));
-      for (auto [br, programs] : std::vector<std::pair<int64_t, int64_t>>{{1, 264}, {2, 128}, {2, 264}, {4, 128}}) {
+      struct Variant {
+        int64_t br, programs;
+        int warps;  // 0: the default
+      };
+      for (auto [br, programs, warps] : std::vector<Variant>{{1, 264, 8}, {1, 528, 8}, {1, 264, 16}, {2, 128, 8}, {2, 264, 16}, {4, 128, 0}}) {
         pl::kernels::NormBwdConfig cfg;
-        cfg.block_rows = br, cfg.programs = programs;
+        cfg.block_rows = br, cfg.programs = programs, cfg.compiler_params.num_warps = warps;
         pl::Call k = ln ? pl::kernels::layer_norm_bwd(R, C, pl::bf16, cfg) : pl::kernels::rms_norm_bwd(R, C, pl::bf16, cfg);
         std::vector<pl::Array> args = ln ? std::vector<pl::Array>{x, w, st, st, dy} : std::vector<pl::Array>{x, w, st, dy};
         std::vector<pl::Array> out;
         double ms = median_ms([&] { out = k(args); }, 20);
-        std::printf("bf16_%s_bwd_kernel_16384x4096_rows%lld_programs%lld,%.4f,GB/s,%.1f\n", which, (long long)br, (long long)programs, ms,
-                    3.0 * R * C * 2 / ms / 1e6);
+        std::printf("bf16_%s_bwd_kernel_16384x4096_rows%lld_programs%lld_w%d,%.4f,GB/s,%.1f\n", which, (long long)br, (long long)programs, warps,
+                    ms, 3.0 * R * C * 2 / ms / 1e6);
       }
     });
   }
