@@ -383,13 +383,87 @@ def jax_backward_anchors():
                 emit(workload=name, impl=impl, error=str(e)[:200])
 
 
+DECODE_SHAPES = [(32, 8192), (128, 4096), (32, 32768)]  # (batch, kv length): GQA 32 query heads on 8 kv heads, D128
+
+
+def decode_anchors():
+    """One query token against a KV cache (bf16, GQA 32/8, D128): the copy of the cache's bytes,
+    torch sdpa (flash and cuDNN; enable_gqa) and JAX Pallas' decode_attention.gqa and
+    paged_attention (32-token pages, 4 a compute block)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    H, KVH, D = 32, 8, 128
+    for B, S in DECODE_SHAPES:
+        name = f"bf16 decode attention B{B} S{S} H{H} KVH{KVH} D{D}"
+        nbytes = 2 * B * KVH * S * D * 2
+        try:
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(B, KVH, S, D, device="cuda", dtype=torch.bfloat16)
+            v = torch.randn(B, KVH, S, D, device="cuda", dtype=torch.bfloat16)
+            kk = torch.empty_like(k)
+            ms = torch_time(lambda: kk.copy_(k))
+            emit(workload=name, impl="copy of k (GB/s counts both k and v)", ms=2 * ms, gbps=nbytes / (2 * ms) / 1e6)
+            for backend, label in ((SDPBackend.FLASH_ATTENTION, "torch sdpa flash"), (SDPBackend.CUDNN_ATTENTION, "torch sdpa cudnn"),
+                                   (SDPBackend.EFFICIENT_ATTENTION, "torch sdpa efficient")):
+                try:
+                    with sdpa_kernel(backend):
+                        ms = torch_time(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                    emit(workload=name, impl=label, ms=ms, gbps=nbytes / ms / 1e6)
+                except Exception as e:  # noqa: BLE001
+                    emit(workload=name, impl=label, error=str(e)[:200])
+            del q, k, v, kk
+            torch.cuda.empty_cache()
+        except Exception as e:  # noqa: BLE001
+            emit(workload=name, impl="torch", error=str(e)[:200])
+        try:
+            import jax
+            import jax.numpy as jnp
+            from jax.experimental.pallas.ops.gpu import decode_attention as pallas_decode
+            keys = jax.random.split(jax.random.key(0), 3)
+            jq = jax.random.normal(keys[0], (B, H, D), jnp.bfloat16)
+            jk = jax.random.normal(keys[1], (B, S, KVH, D), jnp.bfloat16)
+            jv = jax.random.normal(keys[2], (B, S, KVH, D), jnp.bfloat16)
+            for splits in (8, 16):
+                f = jax.jit(lambda q, k, v, s=splits: pallas_decode.gqa(q, k, v, k_splits=s))
+                ms = jtime(f, jq, jk, jv, reps=20)
+                emit(workload=name, impl=f"jax pallas decode_attention.gqa k_splits {splits}", ms=ms, gbps=nbytes / ms / 1e6)
+            del jq, jk, jv
+        except Exception as e:  # noqa: BLE001
+            emit(workload=name, impl="jax pallas decode_attention.gqa", error=str(e)[:200])
+        if S > 8192:
+            continue
+        pname = f"bf16 paged attention B{B} S{S} H{H} KVH{KVH} D{D} page32"
+        try:
+            import jax
+            import jax.numpy as jnp
+            from jax.experimental.pallas.ops.gpu import paged_attention as pallas_paged
+            page, per_seq = 32, S // 32
+            total = B * per_seq
+            keys = jax.random.split(jax.random.key(1), 3)
+            jq = jax.random.normal(keys[0], (B, H, D), jnp.bfloat16)
+            kp = jax.random.normal(keys[1], (KVH, total, page, D), jnp.bfloat16)
+            vp = jax.random.normal(keys[2], (KVH, total, page, D), jnp.bfloat16)
+            tables = ((jnp.arange(total, dtype=jnp.int32) * 7919) % total).reshape(B, per_seq)
+            lengths = jnp.full((B,), S, jnp.int32)
+            for splits in (8, 16):
+                f = jax.jit(lambda q, kp, vp, t, l, s=splits: pallas_paged.paged_attention(q, kp, vp, t, l, k_splits=s,
+                                                                                         pages_per_compute_block=4))
+                ms = jtime(f, jq, kp, vp, tables, lengths, reps=20)
+                emit(workload=pname, impl=f"jax pallas paged_attention k_splits {splits}", ms=ms, gbps=nbytes / ms / 1e6)
+            del jq, kp, vp
+        except Exception as e:  # noqa: BLE001
+            emit(workload=pname, impl="jax pallas paged_attention", error=str(e)[:200])
+
+
 if __name__ == "__main__":
     # `attention` alone: torch's (cuDNN, FA2) and JAX Pallas' attention rows only; `backward`: the
-    # backward rows (attention, norms, softmax), not in the default set
+    # backward rows (attention, norms, softmax), `decode` the decode and paged attention rows; not in the default set
     which = sys.argv[1:] or ["torch", "triton", "jax"]
     for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors),
                      ("attention", lambda: (torch_attention_anchors(), jax_attention_anchors())),
-                     ("backward", lambda: (torch_backward_anchors(), jax_backward_anchors()))):
+                     ("backward", lambda: (torch_backward_anchors(), jax_backward_anchors())),
+                     ("decode", decode_anchors)):
         if name in which:
             try:
                 fn()

@@ -35,7 +35,8 @@ static double now_ms() {
 
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
-// library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages).
+// library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages), decode
+// (decode and paged attention).
 // Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
@@ -696,6 +697,65 @@ int main() {
     std::printf("bf16_cross_entropy_fwd_bwd_4096x128256,%.4f,GB/s,%.1f,fwd_ms=%.3f,loss_maxerr=%g,dx_maxerr_x_rows=%g,first_call_ms=%.0f\n", ms,
                 3.0 * R * V * 2 / ms / 1e6, ms_fwd, err_loss, err_dx, first_ms);
   });
+  // Decode attention (one query token, GQA 32 query heads on 8 kv heads, D128, bf16) and paged
+  // attention (32-token pages, shuffled block tables), every sequence at the full length: GB/s
+  // of the KV cache read (CUDA_BENCH_ONLY=decode), with a few outputs of sequence 0 against a
+  // double-precision reference.
+  struct DecodeCase {
+    int64_t B, S;
+    bool paged;
+  };
+  for (DecodeCase c : {DecodeCase{32, 8192, false}, DecodeCase{128, 4096, false}, DecodeCase{32, 32768, false},
+                       DecodeCase{32, 8192, true}, DecodeCase{128, 4096, true}}) {
+    if (!section("decode")) break;
+    row([&] {
+      const int64_t H = 32, KVH = 8, D = 128, page = 32, per_seq = c.S / page, total = c.B * per_seq;
+      auto q = pl::random::normal({c.B, H, D}, pl::bf16, 71).to(pl::Device::cuda(0));
+      pl::Shape kvs = c.paged ? pl::Shape{KVH, total, page, D} : pl::Shape{c.B, KVH, c.S, D};
+      auto k = pl::random::normal(kvs, pl::bf16, 72).to(pl::Device::cuda(0));
+      auto v = pl::random::normal(kvs, pl::bf16, 73).to(pl::Device::cuda(0));
+      auto lens = pl::Array::full({c.B}, static_cast<double>(c.S), pl::i32).to(pl::Device::cuda(0));
+      std::vector<int32_t> table(static_cast<size_t>(total));
+      for (int64_t i = 0; i < total; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % total);  // a permutation (7919 prime)
+      auto tables = pl::Array::from_vector(table, {c.B, per_seq}).to(pl::Device::cuda(0));
+      pl::kernels::DecodeAttentionConfig cfg{.kv_heads = KVH};
+      pl::kernels::DecodeAttention f = c.paged ? pl::kernels::paged_attention(c.B, H, per_seq, page, total, D, pl::bf16, cfg)
+                                               : pl::kernels::decode_attention(c.B, H, c.S, D, pl::bf16, cfg);
+      std::vector<pl::Array> args = c.paged ? std::vector<pl::Array>{lens, tables, q, k, v} : std::vector<pl::Array>{lens, q, k, v};
+      double t0 = now_ms();
+      std::vector<pl::Array> o = f(args);
+      pl::synchronize();
+      double first_ms = now_ms() - t0;
+      double ms = median_ms([&] { o = f(args); }, 20);
+      std::vector<pl::Array> parts;
+      double ms_partial = median_ms([&] { parts = f.partial(args); }, 20);
+      // heads 0..3 of sequence 0 (kv head 0) against a double-precision reference
+      auto qv = q.to_vector<float>(), kv = k.to_vector<float>(), vv = v.to_vector<float>(), ov = o[0].to_vector<float>();
+      double err = 0;
+      for (int64_t h = 0; h < H / KVH; ++h) {
+        std::vector<double> s(static_cast<size_t>(c.S));
+        double m = -1e300, l = 0;
+        auto at = [&](int64_t t, int64_t d) {
+          return c.paged ? static_cast<size_t>((table[static_cast<size_t>(t / page)] * page + t % page) * D + d) : static_cast<size_t>(t * D + d);
+        };
+        for (int64_t t = 0; t < c.S; ++t) {
+          double a = 0;
+          for (int64_t d = 0; d < D; ++d) a += (double)qv[h * D + d] * kv[at(t, d)];
+          s[t] = a / std::sqrt((double)D), m = std::max(m, s[t]);
+        }
+        for (int64_t t = 0; t < c.S; ++t) l += (s[t] = std::exp(s[t] - m));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t t = 0; t < c.S; ++t) acc += s[t] * vv[at(t, d)];
+          err = std::max(err, std::fabs(ov[h * D + d] - acc / l));
+        }
+      }
+      double bytes = 2.0 * c.B * KVH * c.S * D * 2;
+      std::printf("bf16_%s_attention_B%lld_S%lld_H32_KVH8_D128%s,%.4f,GB/s,%.1f,splits=%lld,partial_ms=%.4f,maxerr=%g,first_call_ms=%.0f\n",
+                  c.paged ? "paged" : "decode", (long long)c.B, (long long)c.S, c.paged ? "_page32" : "", ms, bytes / ms / 1e6,
+                  (long long)parts[0].shape()[2], ms_partial, err, first_ms);
+    });
+  }
   // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each
   // program sums its rows' dw/db into its own row of partials).
   for (const char* which : {"layer_norm", "rms_norm"}) {

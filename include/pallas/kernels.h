@@ -131,6 +131,46 @@ Call cross_entropy_bwd(int64_t rows, int64_t vocab, DType dtype, CrossEntropyCon
 // t reach bwd as residual inputs (not copied), then lse.
 CustomVjp cross_entropy_vjp(int64_t rows, int64_t vocab, DType dtype, CrossEntropyConfig cfg = {});
 
+// ---- decode and paged attention (kernels/decode_attention.cc) ----
+// One query token per sequence against a KV cache, as FlashDecoding: the key axis is split
+// over k_splits programs per (sequence, kv head), each running the online softmax over its
+// split for the kv head's whole group of query heads at once (GQA/MQA: the cache is read once
+// per kv head), then a second call merges the splits' outputs by their logsumexps.
+// kv_heads: 0 means heads (MHA); else it must divide heads (query head h reads kv head
+// h / (heads / kv_heads)). k_splits 0: chosen (powers of two dividing the key blocks, until
+// batch * kv_heads * splits reaches 264 programs). block_k: keys a step (0: 32, halved until it
+// divides the keys). f16/bf16/f32 compute in f32, f64 in f64.
+struct DecodeAttentionConfig {
+  int64_t kv_heads = 0;
+  int64_t k_splits = 0;
+  int64_t block_k = 0;
+  double sm_scale = 0;  // 0: 1/sqrt(D)
+  CompilerParams compiler_params = {};
+  bool interpret = false;
+};
+// The two calls. partial: (scalar-prefetch operands, q, k, v) -> (o [B, KVH, splits, G, D],
+// lse [B, KVH, splits, G]) in f32 (f64 for f64), each split's output normalised, 0 with lse -inf
+// where the split holds no key; merge: (o, lse) -> o [B, H, D] in the dtype (0 for a sequence
+// of length 0). operator() runs both.
+struct DecodeAttention {
+  Call partial, merge;
+  std::vector<Array> operator()(const std::vector<Array>& args) const;
+};
+// (lengths [B] i32 (scalar prefetch), q [B, H, D], k [B, KVH, S, D], v [B, KVH, S, D]) -> o
+// [B, H, D]: sequence b attends to its first lengths[b] keys. A length outside [0, S] is
+// clamped into it and reported by a pl::check (an error under pl::checkify); no read ever
+// leaves the cache.
+DecodeAttention decode_attention(int64_t batch, int64_t heads, int64_t keys, int64_t head_dim, DType dtype,
+                                 DecodeAttentionConfig cfg = {});
+// Paged: (lengths [B] i32, block_tables [B, pages_per_seq] i32 (both scalar prefetch), q [B, H, D],
+// k_pages [KVH, total_pages, page_size, D], v_pages likewise) -> o [B, H, D]: sequence b's key t
+// is row t % page_size of page block_tables[b, t / page_size]; a step reads one page (block_k
+// is page_size), and k_splits must divide pages_per_seq. A block-table entry outside
+// [0, total_pages) or a length outside [0, pages_per_seq * page_size] is clamped and reported
+// as for decode_attention. Pages past a sequence's length are never read.
+DecodeAttention paged_attention(int64_t batch, int64_t heads, int64_t pages_per_seq, int64_t page_size, int64_t total_pages,
+                                int64_t head_dim, DType dtype, DecodeAttentionConfig cfg = {});
+
 // ---- flash attention backward (FlashAttention-2), docs/transforms.md "Backward kernels" ----
 // (q, k, v) -> (o, lse [B, H, S]): the forward that also writes L = m + log(l), the natural
 // logsumexp of each query row's scaled scores (f32; f64 for f64), the backward's residual.
