@@ -58,12 +58,13 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   const std::string& a = P.target.arch;
   P.smem_limit = a.rfind("sm_90", 0) == 0 ? 232448 : a == "sm_80" ? 166912 : 101376;
   // What each planner may take before the body's exchanges (sized only as the body prints):
-  // 48 KiB for resident outputs, 200 KiB for loop stages — each leaving the rest of sm_90's
-  // 227 KiB to the exchanges; grid stages may take it all, and lower() plans again with fewer
-  // stages when the exchanges then do not fit (a fixed 160 KiB left a norm backward's two
-  // 64 KiB stages 16 bytes short, and it ran without any). The grid and loop pipelines need TMA
-  // or wgmma: only sm_90a uses them.
-  P.budgets = {48 * 1024, P.smem_limit, 200 * 1024};
+  // 48 KiB for resident outputs, 160 KiB for grid stages, 200 KiB for loop stages — each
+  // leaving the rest of sm_90's 227 KiB to the exchanges; lower() plans again with fewer stages
+  // when they then do not fit. (Grid stages up to the whole 227 KiB gave the layer norm
+  // backward three 64 KiB stages where it had none, and it ran 19% slower on an H100,
+  // 0.365 -> 0.434 ms: docs/benchmarks.md, twentieth session.) The grid and loop pipelines
+  // need TMA or wgmma: only sm_90a uses them.
+  P.budgets = {48 * 1024, 160 * 1024, 200 * 1024};
   // The symbol names the call and everything else that changes its code but the arch (one
   // kernel traced for two stage counts or switches gets two names, so dumps and profiles never
   // mix them up). Not the arch: an AOT library's images of one kernel for several archs are
