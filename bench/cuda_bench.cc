@@ -35,8 +35,8 @@ static double now_ms() {
 
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
-// library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages), decode
-// (decode and paged attention).
+// library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages; normsweep:
+// the norms' alone), decode (decode and paged attention).
 // Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
@@ -759,7 +759,7 @@ int main() {
   // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each
   // program sums its rows' dw/db into its own row of partials).
   for (const char* which : {"layer_norm", "rms_norm"}) {
-    if (!section("bwdsweep")) break;
+    if (!section("bwdsweep") && !section("normsweep")) break;
     row([&] {
       int64_t R = 16384, C = 4096;
       bool ln = std::string(which) == "layer_norm";

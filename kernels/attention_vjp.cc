@@ -34,8 +34,7 @@ struct BwdShape {
 
 // Unset blocks and params: measured fastest on an H100 (docs/benchmarks.md, 2026-12-07, D128):
 // dK/dV 64 x 64 on 4 warps; dQ 128 x 128 on 8 warps, 64 x 64 causal (its diagonal blocks waste
-// more of a larger block); 8 warps past head dim 128 (two [64, D] f32 accumulators on one
-// warpgroup spill); 2 stages: the loop then leaves room for two CUDA blocks an SM, worth more
+// more of a larger block); past head dim 128, 8 warps for dK/dV (below); 2 stages: the loop then leaves room for two CUDA blocks an SM, worth more
 // than a third stage (dK/dV 480 TFLOP/s at 2 stages, 304 at 3).
 BwdShape bwd_shape(const char* kname, int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, DType dtype,
                    const AttentionConfig& attn, const AttentionBwdConfig& cfg, bool dq) {
@@ -45,7 +44,10 @@ BwdShape bwd_shape(const char* kname, int64_t batch, int64_t heads, int64_t seq,
   s.bq = block_size(kname, "block_q", cfg.block_q, wide, seq);
   s.bk = block_size(kname, "block_k", cfg.block_k, wide, seq);
   s.params = cfg.compiler_params;
-  if (!s.params.num_warps) s.params.num_warps = (dq ? s.bq : s.bk) >= 128 || head_dim > 128 ? 8 : 4;
+  // Past head dim 128: dK/dV on 8 warps (its two [64, D] f32 accumulators split over two
+  // warpgroups), dQ on 4 (one accumulator, 246 registers, no spills): H100, D256 sweep,
+  // 2026-12-07 twentieth session: dK/dV w4 167 / w8 335 / w16 289 TFLOP/s; dQ w4 456 / w8 351.
+  if (!s.params.num_warps) s.params.num_warps = (dq ? s.bq : s.bk) >= 128 || (head_dim > 128 && !dq) ? 8 : 4;
   if (!s.params.num_stages) s.params.num_stages = 2;
   s.kv_heads = attn.kv_heads ? attn.kv_heads : heads;
   s.group = heads / s.kv_heads;
