@@ -131,6 +131,31 @@ Call cross_entropy_bwd(int64_t rows, int64_t vocab, DType dtype, CrossEntropyCon
 // t reach bwd as residual inputs (not copied), then lse.
 CustomVjp cross_entropy_vjp(int64_t rows, int64_t vocab, DType dtype, CrossEntropyConfig cfg = {});
 
+// ---- grouped matmul for mixture-of-experts (kernels/grouped_matmul.cc) ----
+// x [M, K] holds the tokens sorted by group (expert): group g takes the next group_sizes[g]
+// rows. out[r] = x[r] · w[g(r)] for w [G, K, N] (trans_rhs: w stored [G, N, K], out[r] =
+// x[r] · w[g(r)]^T). The sizes are a scalar-prefetch operand (i32 [G]), so one compiled call
+// serves every routing; a size below 0 counts as 0 and sizes past M are cut at M (both
+// reported under pl::checkify); rows after the last group get zeros. Blocks must divide M, K
+// and N (or be larger: then the dimension). Computed in f32 (f64 for f64).
+struct GroupedMatmulConfig {
+  int64_t block_m = 128, block_n = 128, block_k = 64;
+  CompilerParams compiler_params = {.num_warps = 8};
+  bool interpret = false;
+  bool trans_rhs = false;
+};
+// (group_sizes, x [M, K], w [G, K, N]) -> out [M, N] in out_dtype.
+Call grouped_matmul(int64_t m, int64_t k, int64_t n, int64_t groups, DType in_dtype, DType out_dtype,
+                    GroupedMatmulConfig cfg = {});
+// The weights' gradient: (group_sizes, x [M, K], dy [M, N]) -> dw [G, K, N], dw[g] = x[rows of
+// g]^T · dy[rows of g] (zeros for an empty group). Grid (G, K / block_k, N / block_n).
+Call grouped_matmul_dw(int64_t m, int64_t k, int64_t n, int64_t groups, DType in_dtype, DType out_dtype,
+                       GroupedMatmulConfig cfg = {});
+// grouped_matmul with its backward attached: the pullback gives {dx, dw} (dx = dy · w[g]^T by
+// grouped_matmul with trans_rhs, dw by grouped_matmul_dw) and none for the sizes.
+CustomVjp grouped_matmul_vjp(int64_t m, int64_t k, int64_t n, int64_t groups, DType in_dtype, DType out_dtype,
+                             GroupedMatmulConfig cfg = {});
+
 // ---- decode and paged attention (kernels/decode_attention.cc) ----
 // One query token per sequence against a KV cache, as FlashDecoding: the key axis is split
 // over k_splits programs per (sequence, kv head), each running the online softmax over its
