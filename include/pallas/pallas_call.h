@@ -163,6 +163,8 @@ class Call {
   std::string jaxpr_text() const;  // the kernel, index maps and grid, as debug=true prints
   std::string name() const;
   int num_outputs() const;
+  // The outputs' shapes and dtypes, as given to pallas_call (a framework's meta function reads them).
+  std::vector<ShapeDtype> out_shapes() const;
   // Where a call of the traced kernel runs: "cuda" or "interpreter" (Backend::Auto: the GPU
   // where one is usable, else the interpreter).
   std::string backend_name() const;

@@ -27,13 +27,15 @@ SOURCE = HERE / "pallas_jax_ffi.cc"
 _lib = None
 
 
-def compile_command(pallas_build_dir, output, syntax_only=False):
-    """The compiler command line for the FFI library (or, syntax_only, just a compile check)."""
+def compile_command(pallas_build_dir, output, syntax_only=False, sources=None):
+    """The compiler command line for the FFI library (or, syntax_only, just a compile check);
+    sources: a user's own FFI sources instead of the library's (build_user_library)."""
     cxx = shlex.split(os.environ.get("CXX", "c++"))
     # -isystem: XLA's headers are not warning-free under -Wextra; ours are
     flags = ["-std=c++20", "-O2", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter",
              "-Wno-missing-field-initializers",  # designated initializers, as the project builds
-             f"-I{ROOT / 'include'}", f"-I{ROOT / 'interop'}", "-isystem", jax.ffi.include_dir(), str(SOURCE)]
+             f"-I{ROOT / 'include'}", f"-I{ROOT / 'interop'}", f"-I{HERE}", "-isystem", jax.ffi.include_dir()]
+    flags += [str(s) for s in (sources or [SOURCE])]
     if syntax_only:
         return cxx + flags + ["-fsyntax-only"]
     build = Path(pallas_build_dir)
@@ -71,6 +73,38 @@ def build(pallas_build_dir=None):
         if r.returncode != 0:
             raise RuntimeError("pallas_jax: building the FFI library failed:\n" + shlex.join(cmd) + "\n" + r.stderr)
     return out
+
+
+def build_user_library(sources, name, pallas_build_dir=None):
+    """Compiles a user's FFI sources (each defining targets with PALLAS_JAX_FFI_TARGET, from
+    pallas_jax_user.h) into <build>/interop-jax/lib<name>.so, linked with libpallas.a, unless it
+    is newer than its inputs. Returns the library's path."""
+    build_dir = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()
+    lib = build_dir / "libpallas.a"
+    if not lib.exists():
+        raise RuntimeError(f"pallas_jax: {lib} not found; build the library first "
+                           f"(cmake --build {build_dir} --target pallas)")
+    out = build_dir / "interop-jax" / f"lib{name}.so"
+    out.parent.mkdir(exist_ok=True)
+    sources = [Path(s).resolve() for s in sources]
+    inputs = [lib, HERE / "pallas_jax_user.h"] + sources
+    if not out.exists() or any(p.stat().st_mtime > out.stat().st_mtime for p in inputs):
+        cmd = compile_command(build_dir, out, sources=sources)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"pallas_jax: building {name} failed:\n" + shlex.join(cmd) + "\n" + r.stderr)
+    return out
+
+
+def register_targets(library, targets):
+    """Loads a library built by build_user_library (a path) and registers its targets for JAX's
+    CPU (the Pallas interpreter) and CUDA platforms: targets maps the name jax.ffi.ffi_call
+    uses to the Name given to PALLAS_JAX_FFI_TARGET. Returns the loaded library."""
+    lib = ctypes.cdll.LoadLibrary(str(library))
+    for name, symbol in targets.items():
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cuda")), platform="CUDA")
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cpu")), platform="cpu")
+    return lib
 
 
 def load(pallas_build_dir=None):

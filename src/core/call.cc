@@ -224,6 +224,7 @@ void compile_for(const std::vector<Call>& calls, const std::string& arch, int nu
 }
 
 int Call::num_outputs() const { return state_ ? static_cast<int>(state_->out_shapes.size()) : 0; }
+std::vector<ShapeDtype> Call::out_shapes() const { return state_ ? state_->out_shapes : std::vector<ShapeDtype>{}; }
 
 namespace core {
 

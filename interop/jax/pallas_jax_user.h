@@ -1,0 +1,158 @@
+// A user's own Pallas call as a JAX FFI target, in a few lines of C++ and no edit to Pallas:
+//
+//   #include "pallas_jax_user.h"
+//   pl::Call make_swiglu(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { ... }
+//   PALLAS_JAX_FFI_TARGET(MySwiglu, make_swiglu)
+//
+// defines the handler symbols MySwigluCpu and MySwigluCuda. In Python:
+//
+//   pallas_jax.register_targets(lib_path, {"my_swiglu": "MySwiglu"})
+//   out = jax.ffi.ffi_call("my_swiglu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
+//
+// The factory builds the call for the operands' shapes and dtypes (and the backend: the
+// Pallas interpreter for JAX's CPU, Backend::Auto for its GPU); the handler keeps one call per
+// (shapes, dtypes, backend), checks that the results JAX asked for are the call's outputs
+// (shapes and dtypes), and runs it on XLA's buffers without a copy, on the stream XLA gives it
+// (the GPU handler), or on the interpreter (the CPU handler). Any number of operands and
+// results; f32, f16, bf16, f64, i32, i8, u8 and bool operands. A pl::Error (a bad shape, an error
+// the call raises) becomes an XLA error that JAX raises with the kernel's message.
+//
+// Needs only XLA's header-only FFI API (jax.ffi.include_dir()) and the Pallas headers; link the
+// library with libpallas.a (pallas_jax.build_user_library does both).
+#pragma once
+#include <xla/ffi/api/ffi.h>
+
+#include <pallas/pallas.h>
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pallas_jax_user {
+namespace ffi = xla::ffi;
+namespace pl = pallas;
+
+// The CUDA runtime's stream handle type, declared as the runtime declares it.
+typedef struct CUstream_st* cudaStream_t;
+
+using Factory = std::function<pl::Call(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+
+inline bool to_pallas(ffi::DataType t, pl::DType* out) {
+  switch (t) {
+    case ffi::DataType::F32: *out = pl::f32; return true;
+    case ffi::DataType::F16: *out = pl::f16; return true;
+    case ffi::DataType::BF16: *out = pl::bf16; return true;
+    case ffi::DataType::F64: *out = pl::f64; return true;
+    case ffi::DataType::S32: *out = pl::i32; return true;
+    case ffi::DataType::S8: *out = pl::i8; return true;
+    case ffi::DataType::U8: *out = pl::u8; return true;
+    case ffi::DataType::PRED: *out = pl::bool_; return true;
+    default: return false;
+  }
+}
+
+inline std::string shape_text(const pl::ShapeDtype& s) { return std::string(pl::dtype_name(s.dtype)) + pl::shape_str(s.shape); }
+
+// One target's calls, per (operand shapes and dtypes, backend).
+class Target {
+ public:
+  Target(std::string name, Factory make) : name_(std::move(name)), make_(std::move(make)) {}
+
+  ffi::Error run(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::RemainingArgs args, ffi::RemainingRets rets) {
+    const std::string op = "pallas " + name_;
+    if (gpu && ordinal != 0) return ffi::Error::InvalidArgument(op + ": runs on GPU 0 only so far (got device " + std::to_string(ordinal) + ")");
+    std::vector<pl::ShapeDtype> in;
+    std::vector<void*> in_data;
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto b = args.get<ffi::AnyBuffer>(i);
+      if (b.has_error()) return ffi::Error::InvalidArgument(op + ": operand " + std::to_string(i) + " is not a buffer");
+      pl::DType dt;
+      if (!to_pallas(b->element_type(), &dt))
+        return ffi::Error::InvalidArgument(op + ": operand " + std::to_string(i) + " has a dtype Pallas does not take here " +
+                                           "(f32, f16, bf16, f64, i32, i8, u8, bool)");
+      auto dims = b->dimensions();
+      in.push_back(pl::ShapeDtype(pl::Shape(dims.begin(), dims.end()), dt));
+      in_data.push_back(b->untyped_data());
+    }
+    pl::Backend backend = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
+    pl::Call call;
+    try {
+      call = get(in, backend);
+    } catch (const pl::Error& e) {
+      return ffi::Error::InvalidArgument(op + ": " + e.what());
+    }
+    std::vector<pl::ShapeDtype> want = call.out_shapes();
+    if (want.size() != rets.size())
+      return ffi::Error::InvalidArgument(op + ": the kernel '" + call.name() + "' has " + std::to_string(want.size()) + " outputs; the call asked for " +
+                                         std::to_string(rets.size()) + " results");
+    pl::Device dev = gpu ? pl::Device::cuda(0) : pl::Device::host();
+    std::vector<pl::Array> in_views, out_views;
+    for (size_t i = 0; i < in.size(); ++i) in_views.push_back(pl::Array::view(in_data[i], in[i].shape, in[i].dtype, dev));
+    for (size_t o = 0; o < rets.size(); ++o) {
+      auto r = rets.get<ffi::AnyBuffer>(o);
+      if (r.has_error()) return ffi::Error::InvalidArgument(op + ": result " + std::to_string(o) + " is not a buffer");
+      pl::DType dt;
+      auto dims = (*r)->dimensions();
+      pl::ShapeDtype got(pl::Shape(dims.begin(), dims.end()), to_pallas((*r)->element_type(), &dt) ? dt : pl::DType::U8);
+      if (!to_pallas((*r)->element_type(), &dt) || got.shape != want[o].shape || got.dtype != want[o].dtype)
+        return ffi::Error::InvalidArgument(op + ": result " + std::to_string(o) + " of the call is " + shape_text(got) + "; the kernel '" +
+                                           call.name() + "' writes " + shape_text(want[o]));
+      out_views.push_back(pl::Array::view((*r)->untyped_data(), want[o].shape, want[o].dtype, dev));
+    }
+    try {
+      if (gpu) {
+        pl::StreamScope scope(stream);
+        call.into(out_views, in_views);
+      } else {
+        call.into(out_views, in_views);
+      }
+    } catch (const pl::Error& e) {
+      return ffi::Error::Internal(op + ": the Pallas C++ kernel '" + call.name() + "' failed: " + e.what());
+    }
+    return ffi::Error::Success();
+  }
+
+ private:
+  pl::Call get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
+    std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
+    for (const pl::ShapeDtype& s : in) key += " " + shape_text(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = calls_.find(key);
+    if (it != calls_.end()) return it->second;
+    pl::Call c = make_(in, backend);
+    c.trace(in);
+    return calls_.emplace(key, c).first->second;
+  }
+
+  std::string name_;
+  Factory make_;
+  std::mutex mu_;
+  std::map<std::string, pl::Call> calls_;
+};
+
+}  // namespace pallas_jax_user
+
+// Defines the FFI handler symbols <Name>Cpu and <Name>Cuda for a factory
+// pl::Call(const std::vector<pl::ShapeDtype>&, pl::Backend).
+#define PALLAS_JAX_FFI_TARGET(Name, factory)                                                                                         \
+  namespace {                                                                                                                       \
+  pallas_jax_user::Target& Name##_target() {                                                                                        \
+    static pallas_jax_user::Target t(#Name, factory);                                                                              \
+    return t;                                                                                                                       \
+  }                                                                                                                                 \
+  xla::ffi::Error Name##_cuda(pallas_jax_user::cudaStream_t s, int32_t ordinal, xla::ffi::RemainingArgs a, xla::ffi::RemainingRets r) { \
+    return Name##_target().run(s, ordinal, true, a, r);                                                                             \
+  }                                                                                                                                 \
+  xla::ffi::Error Name##_cpu(xla::ffi::RemainingArgs a, xla::ffi::RemainingRets r) {                                                \
+    return Name##_target().run(nullptr, 0, false, a, r);                                                                            \
+  }                                                                                                                                 \
+  }                                                                                                                                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Cuda, Name##_cuda,                                                                            \
+                                xla::ffi::Ffi::Bind()                                                                               \
+                                    .Ctx<xla::ffi::PlatformStream<pallas_jax_user::cudaStream_t>>()                                 \
+                                    .Ctx<xla::ffi::DeviceOrdinal>()                                                                 \
+                                    .RemainingArgs()                                                                                \
+                                    .RemainingRets());                                                                              \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Cpu, Name##_cpu, xla::ffi::Ffi::Bind().RemainingArgs().RemainingRets());
