@@ -108,10 +108,13 @@ if has interop; then  # the framework clients (interop/): each built against bui
     echo "interop $client tests rc=$rc in $(( $(date +%s) - t0 )) s: $(grep -c '^ok ' "$OUT/interop-$client.log") ok, $(grep -c '^FAIL ' "$OUT/interop-$client.log") failed"
     grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$OUT/interop-$client.log" | head -20
   done
-  # a user's own kernel as a JAX FFI target (interop/jax/example, pallas_jax_user.h)
-  timeout 300 python3 -X faulthandler interop/jax/test_jax_user_kernel.py build-gpu > "$OUT/interop-jax-user.log" 2>&1
-  echo "interop jax user kernel rc=$?: $(grep -c '^ok ' "$OUT/interop-jax-user.log") ok, $(grep -c '^FAIL ' "$OUT/interop-jax-user.log") failed"
-  grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$OUT/interop-jax-user.log" | head -10
+  # a user's own kernel as a JAX FFI target and as a torch op (interop/*/example, pallas_*_user.h)
+  for script in interop/jax/test_jax_user_kernel.py interop/torch/test_torch_user_op.py; do
+    log="$OUT/interop-user-$(basename $script .py).log"
+    timeout 300 python3 -X faulthandler $script build-gpu > "$log" 2>&1
+    echo "$script rc=$?: $(grep -c '^ok ' "$log") ok, $(grep -c '^FAIL ' "$log") failed"
+    grep -E "^FAIL|SKIPPED|Error|passed|failed$" "$log" | head -10
+  done
 fi
 if has kernels; then  # the user-written kernels of cuda_bench and their anchors
   timeout 300 build-gpu/bench/cuda_bench 2>&1 | tee "$OUT/cuda_bench.txt" | tail -20

@@ -6,7 +6,7 @@ if(CLIENT STREQUAL "jax")
   # the FFI handler compiles against jaxlib's header-only XLA FFI API
   set(probe "import jax\nprint(jax.ffi.include_dir())")
 else()
-  set(scripts ${SCRIPT_DIR}/torch/test_torch_op.py)
+  set(scripts ${SCRIPT_DIR}/torch/test_torch_op.py ${SCRIPT_DIR}/torch/test_torch_user_op.py)
   # the op uses torch's CUDA stream API (libc10_cuda, the CUDA runtime headers)
   set(probe "import torch\nassert torch.version.cuda, 'this torch has no CUDA support'")
 endif()

@@ -29,6 +29,39 @@ def _cuda_home():
     return Path(home)
 
 
+def _build_dir(pallas_build_dir):
+    build = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()
+    if not (build / "libpallas.a").exists():
+        raise RuntimeError(f"pallas_torch: {build / 'libpallas.a'} not found; build the library first "
+                           f"(cmake --build {build} --target pallas)")
+    if not torch._C._GLIBCXX_USE_CXX11_ABI:
+        raise RuntimeError("pallas_torch: this torch uses the pre-C++11 std::string ABI; libpallas.a "
+                           "uses the C++11 ABI. Use a torch built with _GLIBCXX_USE_CXX11_ABI=1")
+    return build
+
+
+def load_user_ops(sources, name, pallas_build_dir=None, verbose=False):
+    """Builds and loads a user's own ops: C++ sources that register Pallas calls with
+    PALLAS_TORCH_OP (pallas_torch_user.h). Their ops appear under torch.ops.<namespace> when
+    this returns. Built into <build>/interop-torch/<name>/ (ninja rebuilds only what changed)."""
+    build = _build_dir(pallas_build_dir)
+    cuda = _cuda_home()
+    cuda_lib = cuda / "lib64" if (cuda / "lib64").exists() else cuda / "lib"
+    out_dir = build / "interop-torch" / name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cpp_extension.load(
+        name=name,
+        sources=[str(Path(s).resolve()) for s in sources],
+        extra_include_paths=[str(ROOT / "include"), str(ROOT / "interop"), str(HERE), str(cuda / "include")],
+        extra_cflags=["-O2", "-std=c++20"],
+        extra_ldflags=[str(build / "libpallas.a"), f"-L{cuda_lib}", "-lnvrtc", "-lc10_cuda", "-ldl", "-lpthread",
+                       f"-Wl,-rpath,{cuda_lib}", "-static-libstdc++", "-Wl,--exclude-libs,ALL"],
+        build_directory=str(out_dir),
+        is_python_module=False,
+        verbose=verbose,
+    )
+
+
 def load(pallas_build_dir=None, verbose=False):
     """Builds (once; ninja rebuilds only what changed) and loads the operators."""
     build = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()

@@ -1,31 +1,7 @@
-// A user's kernel as a JAX FFI target: the whole file a user writes (docs/interop.md, "Your own
-// kernels"). rms_scale(x [R, C], w [C]) -> (y [R, C], rstd [R]): each row scaled by the
-// reciprocal of its root mean square, then by w; rstd returned too (two results). One row a
-// program, computed in f32 whatever the storage dtype.
+// A user's kernel as a JAX FFI target (docs/interop.md, "Your own kernels"): with the factory
+// (interop/common/example_rms_scale.h), this is all a user writes to get the handler symbols
+// UserRmsScaleCpu and UserRmsScaleCuda that pallas_jax.register_targets registers.
+#include "common/example_rms_scale.h"
 #include "pallas_jax_user.h"
 
-namespace pl = pallas;
-
-pl::Call make_rms_scale(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
-  if (in.size() != 2 || in[0].shape.size() != 2 || in[1].shape.size() != 1 || in[1].shape[0] != in[0].shape[1] ||
-      in[0].dtype != in[1].dtype)
-    throw pl::Error("rms_scale takes x [R, C] and w [C] of one dtype");
-  const int64_t R = in[0].shape[0], C = in[0].shape[1];
-  const pl::DType t = in[0].dtype;
-  auto kernel = [=](pl::Ref x, pl::Ref w, pl::Ref y, pl::Ref rstd) {
-    pl::Value v = x[pl::all].astype(pl::f32);
-    pl::Value rs = pl::rsqrt(pl::sum(v * v) / static_cast<double>(C) + 1e-6);
-    y[pl::all] = (v * rs * w[pl::all].astype(pl::f32)).astype(t);
-    rstd[0] = rs;
-  };
-  return pl::pallas_call(kernel, {pl::ShapeDtype({R, C}, t), pl::ShapeDtype({R}, pl::f32)},
-                         {.grid = {R},
-                          .in_specs = {pl::BlockSpec({pl::squeezed, C}, [](pl::Value i) { return pl::idx(i, 0); }),
-                                       pl::BlockSpec({C}, [](pl::Value) { return pl::idx(0); })},
-                          .out_specs = {pl::BlockSpec({pl::squeezed, C}, [](pl::Value i) { return pl::idx(i, 0); }),
-                                        pl::BlockSpec({1}, [](pl::Value i) { return pl::idx(i); })},
-                          .name = "rms_scale",
-                          .backend = backend});
-}
-
-PALLAS_JAX_FFI_TARGET(UserRmsScale, make_rms_scale)
+PALLAS_JAX_FFI_TARGET(UserRmsScale, example::make_rms_scale)

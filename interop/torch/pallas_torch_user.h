@@ -1,0 +1,176 @@
+// A user's own Pallas call as a torch custom op, in a few lines of C++ and no edit to Pallas:
+//
+//   #include "pallas_torch_user.h"
+//   pl::Call make_rms_scale(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { ... }
+//   PALLAS_TORCH_OP(my_ops, "rms_scale(Tensor x, Tensor w) -> (Tensor, Tensor)", make_rms_scale)
+//
+// registers torch.ops.my_ops.rms_scale (torch.library: the schema, then kernels for CPU, CUDA
+// and Meta). The schema takes tensors and returns tensors, any number of each. The factory builds
+// the call for the arguments' shapes and dtypes (and the backend: the Pallas interpreter for CPU
+// tensors, Backend::Auto for CUDA ones); one call is kept per (shapes, dtypes, backend). The
+// outputs are new contiguous tensors of the call's out_shapes() on the arguments' device, from
+// torch's allocator; the kernel writes them in place (zero copy) on torch's current stream. The
+// Meta kernel gives the same shapes without running anything, so torch.compile and FakeTensor
+// trace through the op. Autograd: register a formula in Python (torch.library.register_autograd),
+// e.g. with a second op for the backward. A pl::Error (from the factory or the call) becomes a
+// torch error naming the op and the kernel.
+#pragma once
+#include <ATen/ATen.h>
+#include <ATen/core/stack.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <pallas/pallas.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pallas_torch_user {
+namespace pl = pallas;
+
+using Factory = std::function<pl::Call(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+
+inline pl::DType to_pallas(at::ScalarType t, const std::string& op, size_t i) {
+  switch (t) {
+    case at::kFloat: return pl::f32;
+    case at::kHalf: return pl::f16;
+    case at::kBFloat16: return pl::bf16;
+    case at::kDouble: return pl::f64;
+    case at::kInt: return pl::i32;
+    case at::kChar: return pl::i8;
+    case at::kByte: return pl::u8;
+    case at::kBool: return pl::bool_;
+    default:
+      TORCH_CHECK(false, op, ": argument ", i, " has dtype ", t, "; Pallas takes float32, float16, bfloat16, float64, int32, int8, uint8, bool here");
+  }
+  return pl::f32;
+}
+
+inline at::ScalarType to_torch(pl::DType t, const std::string& op) {
+  switch (t) {
+    case pl::DType::F32: return at::kFloat;
+    case pl::DType::F16: return at::kHalf;
+    case pl::DType::BF16: return at::kBFloat16;
+    case pl::DType::F64: return at::kDouble;
+    case pl::DType::I32: return at::kInt;
+    case pl::DType::I8: return at::kChar;
+    case pl::DType::U8: return at::kByte;
+    case pl::DType::Bool: return at::kBool;
+    default: TORCH_CHECK(false, op, ": the kernel writes an output of dtype ", pl::dtype_name(t), ", which has no torch dtype here");
+  }
+  return at::kFloat;
+}
+
+// One op's calls, per (argument shapes and dtypes, backend).
+class Op {
+ public:
+  Op(std::string name, Factory make) : name_(std::move(name)), make_(std::move(make)) {}
+  const std::string& name() const { return name_; }
+
+  pl::Call get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
+    std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
+    for (const pl::ShapeDtype& s : in) key += " " + pl::shape_str(s.shape, s.dtype);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = calls_.find(key);
+    if (it != calls_.end()) return it->second;
+    pl::Call c = make_(in, backend);
+    c.trace(in);
+    return calls_.emplace(key, c).first->second;
+  }
+
+ private:
+  std::string name_;
+  Factory make_;
+  std::mutex mu_;
+  std::map<std::string, pl::Call> calls_;
+};
+
+// The boxed kernel of one dispatch key (CPU, CUDA or Meta) for an op: arguments off the stack,
+// outputs allocated and (but for Meta) written by the Pallas call, pushed back.
+class Kernel final : public c10::OperatorKernel {
+ public:
+  Kernel(std::shared_ptr<Op> op, c10::DispatchKey key) : op_(std::move(op)), key_(key) {}
+
+  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const std::string op = "pallas op " + op_->name();
+    const size_t n = handle.schema().arguments().size();
+    std::vector<at::Tensor> ts;
+    for (const c10::IValue& v : torch::jit::last(*stack, n)) {
+      TORCH_CHECK(v.isTensor(), op, ": every argument must be a tensor");
+      ts.push_back(v.toTensor());
+    }
+    torch::jit::drop(*stack, n);
+    TORCH_CHECK(!ts.empty(), op, ": takes one tensor argument at least");
+    std::vector<pl::ShapeDtype> in;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      TORCH_CHECK(ts[i].device() == ts[0].device(), op, ": argument ", i, " is on ", ts[i].device(), " but argument 0 is on ", ts[0].device());
+      in.push_back(pl::ShapeDtype(pl::Shape(ts[i].sizes().begin(), ts[i].sizes().end()), to_pallas(ts[i].scalar_type(), op, i)));
+    }
+    const bool cuda = key_ == c10::DispatchKey::CUDA;
+    pl::Call call;
+    try {
+      call = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
+    } catch (const pl::Error& e) {
+      TORCH_CHECK(false, op, ": ", e.what());
+    }
+    std::vector<pl::ShapeDtype> outs = call.out_shapes();
+    TORCH_CHECK(outs.size() == handle.schema().returns().size(), op, ": the kernel '", call.name(), "' has ", outs.size(),
+                " outputs; the schema returns ", handle.schema().returns().size());
+    std::vector<at::Tensor> results;
+    for (const pl::ShapeDtype& o : outs)
+      results.push_back(at::empty(std::vector<int64_t>(o.shape.begin(), o.shape.end()), ts[0].options().dtype(to_torch(o.dtype, op))));
+    if (key_ != c10::DispatchKey::Meta) {
+      auto view = [&](const at::Tensor& t, size_t i, const char* what) {
+        TORCH_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " is not contiguous (strides ", t.strides(), "); call .contiguous() on it first");
+        pl::Device dev = cuda ? pl::Device::cuda(t.device().index()) : pl::Device::host();
+        return pl::Array::view(t.data_ptr(), pl::Shape(t.sizes().begin(), t.sizes().end()), to_pallas(t.scalar_type(), op, i), dev);
+      };
+      std::vector<pl::Array> args, out_views;
+      for (size_t i = 0; i < ts.size(); ++i) args.push_back(view(ts[i], i, "argument"));
+      for (size_t o = 0; o < results.size(); ++o) out_views.push_back(view(results[o], o, "output"));
+      std::optional<pl::StreamScope> scope;
+      if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(ts[0].device().index()).stream());
+      try {
+        call.into(out_views, args);
+      } catch (const pl::Error& e) {
+        TORCH_CHECK(false, op, ": the Pallas C++ kernel '", call.name(), "' failed: ", e.what());
+      }
+    }
+    for (at::Tensor& t : results) torch::jit::push(*stack, std::move(t));
+  }
+
+ private:
+  std::shared_ptr<Op> op_;
+  c10::DispatchKey key_;
+};
+
+// Defines ns::<name> with `schema` and its CPU, CUDA and Meta kernels (PALLAS_TORCH_OP).
+inline bool register_op(const char* ns, const std::string& schema, Factory make, const char* file, uint32_t line) {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
+  const std::string name = schema.substr(0, schema.find('('));
+  auto op = std::make_shared<Op>(std::string(ns) + "::" + name, std::move(make));
+  auto def = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns, std::nullopt, file, line);
+  def->def(schema.c_str());
+  libraries.push_back(std::move(def));
+  for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA, c10::DispatchKey::Meta}) {
+    auto impl = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, file, line);
+    impl->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(op, key)));
+    libraries.push_back(std::move(impl));
+  }
+  return true;
+}
+
+}  // namespace pallas_torch_user
+
+#define PALLAS_TORCH_OP_CAT2(a, b) a##b
+#define PALLAS_TORCH_OP_CAT(a, b) PALLAS_TORCH_OP_CAT2(a, b)
+// Registers torch.ops.<ns>.<name> (name: the schema's, before its "(") backed by the call the
+// factory pl::Call(const std::vector<pl::ShapeDtype>&, pl::Backend) makes.
+#define PALLAS_TORCH_OP(ns, schema, factory)                                    \
+  static const bool PALLAS_TORCH_OP_CAT(pallas_torch_op_registered_, __COUNTER__) = \
+      pallas_torch_user::register_op(#ns, schema, factory, __FILE__, __LINE__);

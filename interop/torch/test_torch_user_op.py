@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""Checks a user's own Pallas kernel registered as a torch custom op (pallas_torch_user.h and the
+worked example interop/torch/example/rms_scale.cc): built with pallas_torch.load_user_ops,
+called as torch.ops.user_ops.rms_scale (two results) on CPU tensors (the Pallas interpreter) and
+CUDA tensors where there is a GPU, against a torch reference; traced by torch.compile
+(fullgraph, through the Meta kernel); and the errors (operands the factory refuses) as torch
+errors naming the op. Plain script: exits 1 if a check failed.
+
+    python3 interop/torch/test_torch_user_op.py [pallas_build_dir]
+"""
+import sys
+from pathlib import Path
+
+try:
+    import torch
+except ImportError as e:
+    print(f"SKIPPED: torch is not importable here ({e})")
+    sys.exit(0)
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import pallas_torch  # noqa: E402
+
+failures = []
+
+
+def check(what, ok, detail=""):
+    print(("ok    " if ok else "FAIL  ") + what + (f"  [{detail}]" if detail and not ok else ""))
+    if not ok:
+        failures.append(what)
+
+
+def reference(x, w):
+    v = x.float()
+    rs = torch.rsqrt((v * v).mean(dim=1) + 1e-6)
+    return (v * rs[:, None] * w.float()).to(x.dtype), rs
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else None
+    pallas_torch.load_user_ops([HERE / "example" / "rms_scale.cc"], "user_rms_scale_ops", build)
+    print(f"torch {torch.__version__}; torch.ops.user_ops.rms_scale registered")
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if len(devices) == 1:
+        print("SKIPPED: the CUDA checks: torch sees no GPU here")
+    for dev in devices:
+        for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+            name = f"{dev} {dtype}"
+            g = torch.Generator().manual_seed(0)
+            x = torch.randn(37, 96, generator=g).to(dev, dtype)
+            w = torch.randn(96, generator=g).to(dev, dtype)
+            y, rs = torch.ops.user_ops.rms_scale(x, w)
+            want_y, want_rs = reference(x, w)
+            err_y = (y.float() - want_y.float()).abs().max().item()
+            err_rs = ((rs - want_rs).abs() / want_rs).max().item()
+            check(f"rms_scale {name}: both results match torch", err_y <= 4 * tol * max(1.0, want_y.float().abs().max().item())
+                  and err_rs <= 1e-5 and y.device == x.device and rs.dtype == torch.float32, f"{err_y:.3g} {err_rs:.3g}")
+            f = torch.compile(lambda a, b: torch.ops.user_ops.rms_scale(a * 2, b)[0] + 1, fullgraph=True)
+            z = f(x, w)
+            check(f"rms_scale {name}: torch.compile(fullgraph=True) traces through it",
+                  torch.allclose(z.float(), reference(x * 2, w)[0].float() + 1, atol=8 * tol, rtol=8 * tol))
+        try:
+            torch.ops.user_ops.rms_scale(torch.ones(4, 8, device=dev), torch.ones(7, device=dev))
+            check(f"error {dev}: operands the factory refuses", False, "no error")
+        except Exception as e:  # noqa: BLE001
+            check(f"error {dev}: operands the factory refuses",
+                  "user_ops::rms_scale" in str(e) and "rms_scale takes x [R, C] and w [C]" in str(e), str(e)[:300])
+    if failures:
+        print(f"{len(failures)} failed")
+        sys.exit(1)
+    print("all user-op checks passed")
+
+
+if __name__ == "__main__":
+    main()
