@@ -7,6 +7,7 @@
 // (condition ~1-6) and K = 48 that is below 2e-5 in norm. tf32 rounds each input to 11
 // significant bits (2^-11 relative), so Default-precision f32 is within ~2e-3 of exact.
 #include "tests/test_util.h"
+#include "tests/transforms_util.h"
 
 namespace pt {
 namespace {
@@ -145,6 +146,43 @@ TEST(Dot, Integers) {
       want[i * N + j] = static_cast<int32_t>(s);
     }
   EXPECT_TRUE(equal(c.to_vector<int32_t>(), want));
+}
+
+// Weight-only quantised dots: a bf16/f16/f32 activation times an i8 weight, the weight
+// converted to the activation's dtype as it enters the dot (exact), with a per-column scale in
+// the epilogue, in a K loop over a grid as a serving kernel writes it; either operand order.
+TEST(Dot, Int8WeightsWithFloatActivations) {
+  const int64_t M = 16, K = 128, N = 64, bk = 32;
+  for (pl::DType t : {pl::bf16, pl::f16, pl::f32}) {
+    for (bool weight_first : {false, true}) {
+      SCOPED_TRACE(std::string(pl::dtype_name(t)) + (weight_first ? " w^T x^T" : " x w"));
+      auto xv = with_edges(uniform(M * K, 21, -1, 1), t, false);
+      auto w8 = random_ints<int8_t>(K * N, 22);
+      auto sv = uniform(N, 23, 0.001, 0.01);
+      pl::Array x = make_array(xv, {M, K}, t), w = pl::Array::from_vector(w8, {K, N}), scale = make_array(sv, {N}, pl::f32);
+      auto call = pl::pallas_call(
+          [=](pl::Ref xr, pl::Ref wr, pl::Ref sr, pl::Ref o) {
+            pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({M, N}), [&](pl::Value k, pl::Value acc) {
+              pl::Value xb = xr(pl::all, pl::ds(k * bk, bk)), wb = wr(pl::ds(k * bk, bk), pl::all);
+              // (w^T x^T)^T = x w: the i8 operand first, both transposed
+              return acc + (weight_first ? pl::transpose(pl::dot(wb, xb, {.trans_a = true, .trans_b = true})) : pl::dot(xb, wb));
+            });
+            o[pl::all] = (acc * pl::expand_dims(sr[pl::all], 0)).astype(t);
+          },
+          pl::ShapeDtype({M, N}, t), {.name = "int8_weights"});
+      pl::Array c = call(x, w, scale);
+      std::vector<double> wd(w8.begin(), w8.end());
+      auto want = ref_dot(xv, wd, M, K, N, false, false);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) want[i * N + j] = round_to(want[i * N + j] * round_to(sv[j], pl::f32), t);
+      // (f32 activations go through the tensor cores as tf32, Precision::Default)
+      EXPECT_TRUE(close(to_doubles(c), want, t == pl::f32 ? 2e-3 : tol_for(t), false));
+    }
+  }
+  // float x float of another width stays an error
+  EXPECT_THROW_MSG(pl::pallas_call([](pl::Ref a, pl::Ref b, pl::Ref o) { o[pl::all] = pl::dot(a[pl::all], b[pl::all]); },
+                                   pl::ShapeDtype({16, 16}, pl::f32), {})(pl::Array::zeros({16, 16}, pl::f32), pl::Array::zeros({16, 16}, pl::f16)),
+                   "dot: operands are f32 and f16");
 }
 
 // A matmul over a grid with a K loop (fori_loop + ds), as the matmul example.

@@ -337,6 +337,13 @@ Value zeros_like(const Value& x, SourceLocation loc) { return full_like(x, 0.0, 
 
 // ---- dot ----
 Value dot(const Value& a, const Value& b, DotOptions o, SourceLocation loc) { trace::Here here(loc);
+  // Weight-only quantised operands: an i8 operand with a float one is converted to the float's
+  // dtype as it enters the dot (exact: every i8 value is an f16, bf16, f32 and f64). Other
+  // mixed operands stay an error of the dot rule (a silent f32 x f16 is more often a bug).
+  if (a.dtype() != b.dtype() && (a.dtype() == DType::I8 || b.dtype() == DType::I8) && (is_float(a.dtype()) || is_float(b.dtype()))) {
+    DType t = is_float(a.dtype()) ? a.dtype() : b.dtype();
+    return dot(a.dtype() == t ? a : a.astype(t), b.dtype() == t ? b : b.astype(t), o, loc);
+  }
   ir::Params p;
   p.set_flag("trans_a", o.trans_a);
   p.set_flag("trans_b", o.trans_b);
