@@ -36,7 +36,8 @@ static double now_ms() {
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
 // library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages; normsweep:
-// the norms' alone), decode (decode and paged attention), grouped (the grouped matmul).
+// the norms' alone), decode (decode and paged attention), grouped (the grouped matmul), quant (bf16 x i8
+// weights).
 // Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
@@ -735,6 +736,42 @@ int main() {
     std::printf("bf16_grouped_matmul_16384x4096x4096_G8,%.4f,TFLOP/s,%.1f,dx_tflops=%.1f,dw_tflops=%.1f,plain_matmul_tflops=%.1f,fwd_vs_plain=%.2f,relerr=%g,first_call_ms=%.0f\n",
                 ms_fwd, flops / ms_fwd / 1e9, flops / ms_dx / 1e9, flops / ms_dw / 1e9, flops / ms_plain / 1e9, ms_plain / ms_fwd, err, first_ms);
   });
+  // Weight-only quantised matmul at decode-like shapes (CUDA_BENCH_ONLY=quant): x [M, 8192] bf16
+  // times w [8192, 8192] in i8 with a per-column scale, as a serving user writes it (the i8
+  // operand converted as it enters the dot), against the same kernel with bf16 weights: GB/s of
+  // the weights read, and the ratio (issue 34's target: the i8 kernel faster).
+  for (int64_t M : {16, 64}) {
+    if (!section("quant")) break;
+    row([&] {
+      const int64_t K = 8192, N = 8192, bn = 64, bk = 128;
+      auto make = [&](pl::DType wt) {
+        return pl::pallas_call(
+            [=](pl::Ref x, pl::Ref w, pl::Ref sc, pl::Ref o) {
+              pl::Value acc = pl::fori_loop(0, K / bk, pl::zeros({M, bn}), [&](pl::Value k, pl::Value acc) {
+                return acc + pl::dot(x(pl::all, pl::ds(k * bk, bk)), w(pl::ds(k * bk, bk), pl::all));
+              });
+              o[pl::all] = (acc * pl::expand_dims(sc[pl::all], 0)).astype(pl::bf16);
+            },
+            pl::ShapeDtype({M, N}, pl::bf16),
+            {.grid = {N / bn},
+             .in_specs = {pl::BlockSpec({M, K}, [](pl::Value) { return pl::idx(0, 0); }),
+                          pl::BlockSpec({K, bn}, [](pl::Value j) { return pl::idx(0, j); }),
+                          pl::BlockSpec({bn}, [](pl::Value j) { return pl::idx(j); })},
+             .out_specs = {pl::BlockSpec({M, bn}, [](pl::Value j) { return pl::idx(0, j); })},
+             .name = wt == pl::i8 ? "matmul_w8" : "matmul_w16",
+             .compiler_params = {.num_warps = 4}});
+      };
+      auto x = pl::random::normal({M, K}, pl::bf16, 91).to(pl::Device::cuda(0));
+      auto w8 = pl::random::randint({K, N}, pl::i8, 92, -127, 127).to(pl::Device::cuda(0));
+      auto w16 = pl::random::normal({K, N}, pl::bf16, 93).to(pl::Device::cuda(0));
+      auto sc = pl::random::uniform({N}, pl::f32, 94, 0.001, 0.01).to(pl::Device::cuda(0));
+      pl::Call q8 = make(pl::i8), q16 = make(pl::bf16);
+      pl::Array o;
+      double ms8 = median_ms([&] { o = q8({x, w8, sc})[0]; }, 20), ms16 = median_ms([&] { o = q16({x, w16, sc})[0]; }, 20);
+      std::printf("bf16_x_i8_weights_matmul_M%lld_8192x8192,%.4f,GB/s,%.1f,bf16_weights_ms=%.4f,bf16_weights_gbps=%.1f,i8_speedup=%.2f\n",
+                  (long long)M, ms8, K * N * 1.0 / ms8 / 1e6, ms16, K * N * 2.0 / ms16 / 1e6, ms16 / ms8);
+    });
+  }
   // Decode attention (one query token, GQA 32 query heads on 8 kv heads, D128, bf16) and paged
   // attention (32-token pages, shuffled block tables), every sequence at the full length: GB/s
   // of the KV cache read (CUDA_BENCH_ONLY=decode), with a few outputs of sequence 0 against a
