@@ -103,9 +103,10 @@ std::vector<ShapeDtype> partial_shapes(int64_t batch, const DecodeShape& s, int6
   return {ShapeDtype({batch, s.kv_heads, s.splits, s.group, head_dim}, acc_t),
           ShapeDtype({batch, s.kv_heads, s.splits, s.group}, acc_t)};
 }
+
+// The merge: one program per (sequence, kv head) weighs its group's splits by exp(lse_s - max).
 Call merge_call(const char* k, int64_t batch, int64_t heads, int64_t head_dim, DType dtype, const DecodeShape& s,
                 const DecodeAttentionConfig& cfg) {
-  DType acc_t = acc_dtype(dtype);
   auto kernel = [=](Ref o_part, Ref lse_part, Ref o) {
     Value l = lse_part[all];  // [splits, G]
     Value m = max(l, 0);
@@ -116,7 +117,6 @@ Call merge_call(const char* k, int64_t batch, int64_t heads, int64_t head_dim, D
     Value seen = expand_dims(den > 0.0, 1);
     o[all] = where(seen, num / where(seen, expand_dims(den, 1), full_like(expand_dims(den, 1), 1.0)), 0.0).astype(dtype);
   };
-  (void)acc_t;
   return pallas_call(kernel, ShapeDtype({batch, heads, head_dim}, dtype),
                      {.grid = {batch, s.kv_heads},
                       .in_specs = {BlockSpec({squeezed, squeezed, s.splits, s.group, head_dim},
