@@ -62,6 +62,26 @@ def load_user_ops(sources, name, pallas_build_dir=None, verbose=False):
     )
 
 
+def register_automatic_vjp(qualname):
+    """Attaches autograd to a user's op registered with PALLAS_TORCH_OP ("ns::name"): its
+    backward is the op's automatic vjp, torch.ops.ns.name_vjp (the Pallas kernel transposed;
+    the forward runs again inside it). The inputs are saved for the backward; an output whose
+    gradient is None counts as zero."""
+    ns, name = qualname.split("::")
+    vjp = getattr(getattr(torch.ops, ns), name + "_vjp")
+
+    def setup_context(ctx, inputs, output):
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        ctx.out_meta = [(o.shape, o.dtype, o.device) for o in outs]
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, *grads):
+        cots = [g if g is not None else torch.zeros(s, dtype=d, device=dev) for g, (s, d, dev) in zip(grads, ctx.out_meta)]
+        return tuple(vjp(list(ctx.saved_tensors), cots))
+
+    torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+
+
 def load(pallas_build_dir=None, verbose=False):
     """Builds (once; ninja rebuilds only what changed) and loads the operators."""
     build = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()

@@ -11,15 +11,19 @@
 // outputs are new contiguous tensors of the call's out_shapes() on the arguments' device, from
 // torch's allocator; the kernel writes them in place (zero copy) on torch's current stream. The
 // Meta kernel gives the same shapes without running anything, so torch.compile and FakeTensor
-// trace through the op. Autograd: register a formula in Python (torch.library.register_autograd),
-// e.g. with a second op for the backward. A pl::Error (from the factory or the call) becomes a
-// torch error naming the op and the kernel.
+// trace through the op. Autograd: PALLAS_TORCH_OP also defines <name>_vjp, the automatic vjp of
+// the call (pl::vjp: the kernel transposed), which pallas_torch.register_automatic_vjp attaches
+// with torch.library.register_autograd; or register a formula of your own (a hand-written
+// backward op) the same way. A pl::Error (from the factory or the call) becomes a torch error
+// naming the op and the kernel.
 #pragma once
 #include <ATen/ATen.h>
+#include <ATen/DLConvertor.h>
 #include <ATen/core/stack.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
+#include <pallas/dlpack.h>
 #include <pallas/pallas.h>
 
 #include <functional>
@@ -149,17 +153,91 @@ class Kernel final : public c10::OperatorKernel {
   c10::DispatchKey key_;
 };
 
-// Defines ns::<name> with `schema` and its CPU, CUDA and Meta kernels (PALLAS_TORCH_OP).
+// The op's automatic vjp, ns::<name>_vjp(Tensor[] primals, Tensor[] cotangents) -> Tensor[]: pl::vjp
+// of the op's call (the kernel transposed, docs/transforms.md "vjp"; its forward runs again),
+// one cotangent per primal (zeros for integer primals), zero copy back to torch (DLPack). An
+// undefined cotangent tensor counts as zero.
+class VjpKernel final : public c10::OperatorKernel {
+ public:
+  VjpKernel(std::shared_ptr<Op> op, c10::DispatchKey key) : op_(std::move(op)), key_(key) {}
+
+  void operator()(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const std::string op = "pallas op " + op_->name() + "_vjp";
+    std::vector<at::Tensor> cots = torch::jit::pop(*stack).toTensorVector();
+    std::vector<at::Tensor> prims = torch::jit::pop(*stack).toTensorVector();
+    TORCH_CHECK(!prims.empty(), op, ": takes the op's arguments as primals");
+    std::vector<at::Tensor> grads;
+    if (key_ == c10::DispatchKey::Meta) {
+      for (const at::Tensor& p : prims) grads.push_back(at::empty_like(p));
+      torch::jit::push(*stack, grads);
+      return;
+    }
+    const bool cuda = key_ == c10::DispatchKey::CUDA;
+    std::vector<pl::ShapeDtype> in;
+    std::vector<pl::Array> pv;
+    for (size_t i = 0; i < prims.size(); ++i) {
+      in.push_back(pl::ShapeDtype(pl::Shape(prims[i].sizes().begin(), prims[i].sizes().end()), to_pallas(prims[i].scalar_type(), op, i)));
+      TORCH_CHECK(prims[i].is_contiguous(), op, ": primal ", i, " is not contiguous; call .contiguous() on it first");
+      pv.push_back(pl::Array::view(prims[i].data_ptr(), in.back().shape, in.back().dtype,
+                                   cuda ? pl::Device::cuda(prims[i].device().index()) : pl::Device::host()));
+    }
+    pl::Call call;
+    try {
+      call = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
+    } catch (const pl::Error& e) {
+      TORCH_CHECK(false, op, ": ", e.what());
+    }
+    std::vector<pl::ShapeDtype> outs = call.out_shapes();
+    TORCH_CHECK(cots.size() == outs.size(), op, ": got ", cots.size(), " cotangents for the kernel '", call.name(), "''s ", outs.size(), " outputs");
+    std::vector<pl::Array> cv;
+    for (size_t o = 0; o < cots.size(); ++o) {
+      if (!cots[o].defined() || !pl::is_float(outs[o].dtype)) {
+        cv.push_back(pl::Array());  // zero
+        continue;
+      }
+      at::Tensor c = cots[o].to(to_torch(outs[o].dtype, op)).contiguous();
+      cots[o] = c;  // kept alive until the pullback has run
+      TORCH_CHECK(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()) == outs[o].shape, op, ": cotangent ", o, " has shape ", c.sizes(),
+                  "; the output is ", pl::shape_str(outs[o].shape, outs[o].dtype));
+      cv.push_back(pl::Array::view(c.data_ptr(), outs[o].shape, outs[o].dtype, cuda ? pl::Device::cuda(c.device().index()) : pl::Device::host()));
+    }
+    std::optional<pl::StreamScope> scope;
+    if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(prims[0].device().index()).stream());
+    std::vector<pl::Array> g;
+    try {
+      auto [fwd_outs, pullback] = pl::vjp(call, pv);
+      g = pullback(cv);
+    } catch (const pl::Error& e) {
+      TORCH_CHECK(false, op, ": the vjp of the Pallas C++ kernel '", call.name(), "' failed: ", e.what());
+    }
+    for (size_t i = 0; i < prims.size(); ++i) {
+      if (i < g.size() && g[i].defined())
+        grads.push_back(at::fromDLPack(reinterpret_cast<DLManagedTensor*>(pl::dlpack::to_dlpack(g[i]))));
+      else
+        grads.push_back(at::zeros_like(prims[i]));
+    }
+    torch::jit::push(*stack, grads);
+  }
+
+ private:
+  std::shared_ptr<Op> op_;
+  c10::DispatchKey key_;
+};
+
+// Defines ns::<name> with `schema` and its CPU, CUDA and Meta kernels, and ns::<name>_vjp
+// (PALLAS_TORCH_OP).
 inline bool register_op(const char* ns, const std::string& schema, Factory make, const char* file, uint32_t line) {
   static std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
   const std::string name = schema.substr(0, schema.find('('));
   auto op = std::make_shared<Op>(std::string(ns) + "::" + name, std::move(make));
   auto def = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns, std::nullopt, file, line);
   def->def(schema.c_str());
+  def->def((name + "_vjp(Tensor[] primals, Tensor[] cotangents) -> Tensor[]").c_str());
   libraries.push_back(std::move(def));
   for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA, c10::DispatchKey::Meta}) {
     auto impl = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, file, line);
     impl->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(op, key)));
+    impl->impl((name + "_vjp").c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<VjpKernel>(op, key)));
     libraries.push_back(std::move(impl));
   }
   return true;

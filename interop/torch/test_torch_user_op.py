@@ -2,7 +2,8 @@
 """Checks a user's own Pallas kernel registered as a torch custom op (pallas_torch_user.h and the
 worked example interop/torch/example/rms_scale.cc): built with pallas_torch.load_user_ops,
 called as torch.ops.user_ops.rms_scale (two results) on CPU tensors (the Pallas interpreter) and
-CUDA tensors where there is a GPU, against a torch reference; traced by torch.compile
+CUDA tensors where there is a GPU, against a torch reference; its gradients by the automatic vjp
+(pallas_torch.register_automatic_vjp) against torch's autograd; traced by torch.compile
 (fullgraph, through the Meta kernel); and the errors (operands the factory refuses) as torch
 errors naming the op. Plain script: exits 1 if a check failed.
 
@@ -39,6 +40,7 @@ def reference(x, w):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     pallas_torch.load_user_ops([HERE / "example" / "rms_scale.cc"], "user_rms_scale_ops", build)
+    pallas_torch.register_automatic_vjp("user_ops::rms_scale")
     print(f"torch {torch.__version__}; torch.ops.user_ops.rms_scale registered")
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     if len(devices) == 1:
@@ -59,6 +61,28 @@ def main():
             z = f(x, w)
             check(f"rms_scale {name}: torch.compile(fullgraph=True) traces through it",
                   torch.allclose(z.float(), reference(x * 2, w)[0].float() + 1, atol=8 * tol, rtol=8 * tol))
+        # gradients through the automatic vjp (the kernel transposed) against torch's autograd of
+        # the reference, with a weight on each output
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn(9, 40, generator=g).to(dev, dtype).requires_grad_()
+            w = torch.randn(40, generator=g).to(dev, dtype).requires_grad_()
+            gy = torch.randn(9, 40, generator=g).to(dev, dtype)
+            grs = torch.randn(9, generator=g).to(dev)
+            y, rs = torch.ops.user_ops.rms_scale(x, w)
+            dx, dw = torch.autograd.grad((y.float() * gy.float()).sum() + (rs * grs).sum(), (x, w))
+            xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+            yr, rsr = reference(xr, wr)
+            dxr, dwr = torch.autograd.grad((yr.float() * gy.float()).sum() + (rsr * grs).sum(), (xr, wr))
+            err = max(((dx.float() - dxr.float()).abs().max() / dxr.float().abs().max()).item(),
+                      ((dw.float() - dwr.float()).abs().max() / dwr.float().abs().max()).item())
+            check(f"rms_scale {dev} {dtype}: gradients by the automatic vjp match torch autograd", err <= tol and dx.dtype == dtype,
+                  f"relative error {err:.3g}")
+            # an output without a gradient (None) counts as zero
+            (dx2,) = torch.autograd.grad(torch.ops.user_ops.rms_scale(x, w)[0].float().sum(), (x,))
+            (dx2r,) = torch.autograd.grad(reference(xr, wr)[0].float().sum(), (xr,))
+            check(f"rms_scale {dev} {dtype}: an output left out of the loss has a zero gradient",
+                  ((dx2.float() - dx2r.float()).abs().max() / dx2r.float().abs().max()).item() <= tol)
         try:
             torch.ops.user_ops.rms_scale(torch.ones(4, 8, device=dev), torch.ones(7, device=dev))
             check(f"error {dev}: operands the factory refuses", False, "no error")
