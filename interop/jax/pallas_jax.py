@@ -102,9 +102,34 @@ def register_targets(library, targets):
     uses to the Name given to PALLAS_JAX_FFI_TARGET. Returns the loaded library."""
     lib = ctypes.cdll.LoadLibrary(str(library))
     for name, symbol in targets.items():
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cuda")), platform="CUDA")
-        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cpu")), platform="cpu")
+        for suffix, sym in (("", symbol), ("_vjp", symbol + "Vjp")):  # the target and its automatic vjp
+            jax.ffi.register_ffi_target(name + suffix, jax.ffi.pycapsule(getattr(lib, sym + "Cuda")), platform="CUDA")
+            jax.ffi.register_ffi_target(name + suffix, jax.ffi.pycapsule(getattr(lib, sym + "Cpu")), platform="cpu")
     return lib
+
+
+def differentiable(target, out_shapes):
+    """A user's target as a differentiable JAX function: out_shapes(*args) gives its results'
+    jax.ShapeDtypeStruct (one, or a tuple); the gradient is the target's automatic vjp
+    (<target>_vjp: the Pallas kernel transposed; its forward runs again inside it), through
+    jax.custom_vjp. Integer arguments get no gradient (float0 zeros)."""
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def f(*args):
+        return jax.ffi.ffi_call(target, out_shapes(*args))(*args)
+
+    def fwd(*args):
+        return f(*args), args
+
+    def bwd(args, cots):
+        cots = cots if isinstance(cots, (tuple, list)) else (cots,)
+        res = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
+        g = jax.ffi.ffi_call(target + "_vjp", res)(*args, *cots, num_primals=np.int64(len(args)))
+        return tuple(gi if jnp.issubdtype(a.dtype, jnp.floating) else np.zeros(a.shape, jax.dtypes.float0) for gi, a in zip(g, args))
+
+    f.defvjp(fwd, bwd)
+    return f
 
 
 def load(pallas_build_dir=None):

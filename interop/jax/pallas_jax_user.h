@@ -4,7 +4,8 @@
 //   pl::Call make_swiglu(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { ... }
 //   PALLAS_JAX_FFI_TARGET(MySwiglu, make_swiglu)
 //
-// defines the handler symbols MySwigluCpu and MySwigluCuda. In Python:
+// defines the handler symbols MySwigluCpu and MySwigluCuda, and MySwigluVjpCpu / MySwigluVjpCuda,
+// the call's automatic vjp (pl::vjp: the kernel transposed). In Python:
 //
 //   pallas_jax.register_targets(lib_path, {"my_swiglu": "MySwiglu"})
 //   out = jax.ffi.ffi_call("my_swiglu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
@@ -27,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,17 +67,7 @@ class Target {
     if (gpu && ordinal != 0) return ffi::Error::InvalidArgument(op + ": runs on GPU 0 only so far (got device " + std::to_string(ordinal) + ")");
     std::vector<pl::ShapeDtype> in;
     std::vector<void*> in_data;
-    for (size_t i = 0; i < args.size(); ++i) {
-      auto b = args.get<ffi::AnyBuffer>(i);
-      if (b.has_error()) return ffi::Error::InvalidArgument(op + ": operand " + std::to_string(i) + " is not a buffer");
-      pl::DType dt;
-      if (!to_pallas(b->element_type(), &dt))
-        return ffi::Error::InvalidArgument(op + ": operand " + std::to_string(i) + " has a dtype Pallas does not take here " +
-                                           "(f32, f16, bf16, f64, i32, i8, u8, bool)");
-      auto dims = b->dimensions();
-      in.push_back(pl::ShapeDtype(pl::Shape(dims.begin(), dims.end()), dt));
-      in_data.push_back(b->untyped_data());
-    }
+    if (std::string e = operands(op, args, in, in_data); !e.empty()) return ffi::Error::InvalidArgument(e);
     pl::Backend backend = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
     pl::Call call;
     try {
@@ -114,7 +106,71 @@ class Target {
     return ffi::Error::Success();
   }
 
+  // The automatic vjp (<Name>Vjp): operands are the primals (the first num_primals) then one
+  // cotangent per output of the call; results, one per primal, its cotangent by pl::vjp of the
+  // call (the kernel transposed; its forward runs again), zeros for an integer primal.
+  ffi::Error run_vjp(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::RemainingArgs args, ffi::RemainingRets rets, int64_t num_primals) {
+    const std::string op = "pallas " + name_ + " vjp";
+    if (gpu && ordinal != 0) return ffi::Error::InvalidArgument(op + ": runs on GPU 0 only so far (got device " + std::to_string(ordinal) + ")");
+    std::vector<pl::ShapeDtype> in;
+    std::vector<void*> in_data;
+    if (std::string e = operands(op, args, in, in_data); !e.empty()) return ffi::Error::InvalidArgument(e);
+    if (num_primals < 1 || static_cast<size_t>(num_primals) > in.size() || rets.size() != static_cast<size_t>(num_primals))
+      return ffi::Error::InvalidArgument(op + ": num_primals is " + std::to_string(num_primals) + " for " + std::to_string(in.size()) +
+                                         " operands and " + std::to_string(rets.size()) + " results (one per primal)");
+    const size_t np = static_cast<size_t>(num_primals);
+    std::vector<pl::ShapeDtype> prim(in.begin(), in.begin() + static_cast<long>(np));
+    pl::Backend backend = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
+    pl::Device dev = gpu ? pl::Device::cuda(0) : pl::Device::host();
+    try {
+      pl::Call call = get(prim, backend);
+      std::vector<pl::ShapeDtype> outs = call.out_shapes();
+      if (in.size() - np != outs.size())
+        return ffi::Error::InvalidArgument(op + ": " + std::to_string(in.size() - np) + " cotangents for the kernel '" + call.name() + "''s " +
+                                           std::to_string(outs.size()) + " outputs");
+      std::vector<pl::Array> pv, cv;
+      for (size_t i = 0; i < np; ++i) pv.push_back(pl::Array::view(in_data[i], in[i].shape, in[i].dtype, dev));
+      for (size_t o = 0; o < outs.size(); ++o) {
+        const pl::ShapeDtype& c = in[np + o];
+        if (c.shape != outs[o].shape || c.dtype != outs[o].dtype)
+          return ffi::Error::InvalidArgument(op + ": cotangent " + std::to_string(o) + " is " + shape_text(c) + "; the output is " + shape_text(outs[o]));
+        cv.push_back(pl::is_float(c.dtype) ? pl::Array::view(in_data[np + o], c.shape, c.dtype, dev) : pl::Array());
+      }
+      std::optional<pl::StreamScope> scope;
+      if (gpu) scope.emplace(stream);
+      auto [fwd_outs, pullback] = pl::vjp(call, pv);
+      std::vector<pl::Array> g = pullback(cv);
+      for (size_t i = 0; i < np; ++i) {
+        auto r = rets.get<ffi::AnyBuffer>(i);
+        if (r.has_error()) return ffi::Error::InvalidArgument(op + ": result " + std::to_string(i) + " is not a buffer");
+        pl::Array out = pl::Array::view((*r)->untyped_data(), prim[i].shape, prim[i].dtype, dev);
+        if ((*r)->element_count() != static_cast<size_t>(out.size()))
+          return ffi::Error::InvalidArgument(op + ": result " + std::to_string(i) + " must have primal " + std::to_string(i) + "'s shape " +
+                                             shape_text(prim[i]));
+        out.copy_from(i < g.size() && g[i].defined() ? g[i] : pl::Array::zeros(prim[i].shape, prim[i].dtype, dev));
+      }
+    } catch (const pl::Error& e) {
+      return ffi::Error::Internal(op + ": " + e.what());
+    }
+    return ffi::Error::Success();
+  }
+
  private:
+  // The operands' shapes, dtypes and data; an error message, or "" when they are fine.
+  static std::string operands(const std::string& op, const ffi::RemainingArgs& args, std::vector<pl::ShapeDtype>& in, std::vector<void*>& data) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto b = args.get<ffi::AnyBuffer>(i);
+      if (b.has_error()) return op + ": operand " + std::to_string(i) + " is not a buffer";
+      pl::DType dt;
+      if (!to_pallas(b->element_type(), &dt))
+        return op + ": operand " + std::to_string(i) + " has a dtype Pallas does not take here (f32, f16, bf16, f64, i32, i8, u8, bool)";
+      auto dims = b->dimensions();
+      in.push_back(pl::ShapeDtype(pl::Shape(dims.begin(), dims.end()), dt));
+      data.push_back(b->untyped_data());
+    }
+    return {};
+  }
+
   pl::Call get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
     std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
     for (const pl::ShapeDtype& s : in) key += " " + shape_text(s);
@@ -148,6 +204,13 @@ class Target {
   xla::ffi::Error Name##_cpu(xla::ffi::RemainingArgs a, xla::ffi::RemainingRets r) {                                                \
     return Name##_target().run(nullptr, 0, false, a, r);                                                                            \
   }                                                                                                                                 \
+  xla::ffi::Error Name##_vjp_cuda(pallas_jax_user::cudaStream_t s, int32_t ordinal, xla::ffi::RemainingArgs a,                      \
+                                  xla::ffi::RemainingRets r, int64_t num_primals) {                                                 \
+    return Name##_target().run_vjp(s, ordinal, true, a, r, num_primals);                                                           \
+  }                                                                                                                                 \
+  xla::ffi::Error Name##_vjp_cpu(xla::ffi::RemainingArgs a, xla::ffi::RemainingRets r, int64_t num_primals) {                       \
+    return Name##_target().run_vjp(nullptr, 0, false, a, r, num_primals);                                                          \
+  }                                                                                                                                 \
   }                                                                                                                                 \
   XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Cuda, Name##_cuda,                                                                            \
                                 xla::ffi::Ffi::Bind()                                                                               \
@@ -155,4 +218,13 @@ class Target {
                                     .Ctx<xla::ffi::DeviceOrdinal>()                                                                 \
                                     .RemainingArgs()                                                                                \
                                     .RemainingRets());                                                                              \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Cpu, Name##_cpu, xla::ffi::Ffi::Bind().RemainingArgs().RemainingRets());
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##Cpu, Name##_cpu, xla::ffi::Ffi::Bind().RemainingArgs().RemainingRets());                    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##VjpCuda, Name##_vjp_cuda,                                                                     \
+                                xla::ffi::Ffi::Bind()                                                                               \
+                                    .Ctx<xla::ffi::PlatformStream<pallas_jax_user::cudaStream_t>>()                                 \
+                                    .Ctx<xla::ffi::DeviceOrdinal>()                                                                 \
+                                    .RemainingArgs()                                                                                \
+                                    .RemainingRets()                                                                                \
+                                    .Attr<int64_t>("num_primals"));                                                                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(Name##VjpCpu, Name##_vjp_cpu,                                                                       \
+                                xla::ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<int64_t>("num_primals"));

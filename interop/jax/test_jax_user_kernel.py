@@ -2,6 +2,7 @@
 """Checks a user's own Pallas kernel registered as a JAX FFI target (pallas_jax_user.h and the
 worked example interop/jax/example/rms_scale.cc): built with pallas_jax.build_user_library,
 registered with pallas_jax.register_targets, called through jax.ffi.ffi_call (two results),
+differentiated by jax.grad through its automatic vjp (pallas_jax.differentiable),
 inside jax.jit, on JAX's CPU device (the Pallas interpreter) and its GPU where there is one,
 against a jnp reference; and the errors (results of another shape, operands the factory
 refuses) as JAX exceptions naming the kernel. Plain script: exits 1 if a check failed.
@@ -70,6 +71,25 @@ def main():
             z = jax.jit(lambda a, b: rms_scale(a * 2, b)[0] + 1)(x[:5], w)
             check(f"rms_scale {name}: inside jax.jit between other ops", np.allclose(
                 np.asarray(z, np.float32), np.asarray(reference(x[:5] * 2, w)[0], np.float32) + 1, atol=tol * 8))
+        # gradients through the automatic vjp (the kernel transposed) against jax.grad of the reference
+        f = pallas_jax.differentiable("user_rms_scale", lambda x, w: (jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                                                       jax.ShapeDtypeStruct(x.shape[:1], jnp.float32)))
+        for dtype, tol in ((jnp.float32, 1e-4), (jnp.bfloat16, 3e-2)):
+            xg = jax.device_put(jax.random.normal(jax.random.key(2), (9, 40), dtype), dev)
+            wg = jax.device_put(jax.random.normal(jax.random.key(3), (40,), dtype), dev)
+            gy = jax.random.normal(jax.random.key(4), (9, 40), jnp.float32)
+            grs = jax.random.normal(jax.random.key(5), (9,), jnp.float32)
+
+            def loss(fn, x, w):
+                y, rs = fn(x, w)
+                return jnp.sum(y.astype(jnp.float32) * gy) + jnp.sum(rs * grs)
+
+            dx, dw = jax.jit(jax.grad(lambda x, w: loss(f, x, w), argnums=(0, 1)))(xg, wg)
+            dxr, dwr = jax.grad(lambda x, w: loss(reference, x, w), argnums=(0, 1))(xg, wg)
+            rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))) / jnp.max(jnp.abs(b.astype(jnp.float32))))
+            err = max(rel(dx, dxr), rel(dw, dwr))
+            check(f"rms_scale {label} {jnp.dtype(dtype).name}: jax.grad through the automatic vjp matches jnp's", err <= tol and dx.dtype == dtype,
+                  f"relative error {err:.3g}")
         # errors: a result of another shape; operands the factory refuses
         try:
             jax.ffi.ffi_call("user_rms_scale", (jax.ShapeDtypeStruct((37, 96), jnp.float32),
