@@ -87,7 +87,8 @@ def build_user_library(sources, name, pallas_build_dir=None):
     out = build_dir / "interop-jax" / f"lib{name}.so"
     out.parent.mkdir(exist_ok=True)
     sources = [Path(s).resolve() for s in sources]
-    inputs = [lib, HERE / "pallas_jax_user.h"] + sources
+    # (headers the sources include are not tracked but for the interop ones)
+    inputs = [lib, HERE / "pallas_jax_user.h"] + sources + sorted((ROOT / "interop" / "common").glob("*.h"))
     if not out.exists() or any(p.stat().st_mtime > out.stat().st_mtime for p in inputs):
         cmd = compile_command(build_dir, out, sources=sources)
         r = subprocess.run(cmd, capture_output=True, text=True)

@@ -6,15 +6,17 @@
 //
 // registers torch.ops.my_ops.rms_scale (torch.library: the schema, then kernels for CPU, CUDA
 // and Meta). The schema takes tensors and returns tensors, any number of each. The factory builds
-// the call for the arguments' shapes and dtypes (and the backend: the Pallas interpreter for CPU
+// the call (or a pl::CustomVjp pair, whose backward then serves the op's gradient) for the
+// arguments' shapes and dtypes (and the backend: the Pallas interpreter for CPU
 // tensors, Backend::Auto for CUDA ones); one call is kept per (shapes, dtypes, backend). The
 // outputs are new contiguous tensors of the call's out_shapes() on the arguments' device, from
 // torch's allocator; the kernel writes them in place (zero copy) on torch's current stream. The
 // Meta kernel gives the same shapes without running anything, so torch.compile and FakeTensor
-// trace through the op. Autograd: PALLAS_TORCH_OP also defines <name>_vjp, the automatic vjp of
-// the call (pl::vjp: the kernel transposed), which pallas_torch.register_automatic_vjp attaches
-// with torch.library.register_autograd; or register a formula of your own (a hand-written
-// backward op) the same way. A pl::Error (from the factory or the call) becomes a torch error
+// trace through the op. Autograd: PALLAS_TORCH_OP also defines <name>_vjp, the vjp of what the
+// factory makes — a call's automatic vjp (pl::vjp: the kernel transposed) or a custom_vjp pair's
+// backward — which pallas_torch.register_automatic_vjp attaches with
+// torch.library.register_autograd. (A pair's outputs come from its own arrays, handed to torch
+// by DLPack; a call's are written in place into torch's.) A pl::Error (from the factory or the call) becomes a torch error
 // naming the op and the kernel.
 #pragma once
 #include <ATen/ATen.h>
@@ -37,7 +39,24 @@
 namespace pallas_torch_user {
 namespace pl = pallas;
 
-using Factory = std::function<pl::Call(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+// What a factory makes for the arguments' shapes: a call (its backward is its automatic vjp) or
+// a custom_vjp pair (its backward is the pair's, e.g. the library's hand-written kernels).
+struct Made {
+  pl::Call call;                    // the call; for a pair, its forward (with the residuals)
+  std::optional<pl::CustomVjp> vjp;  // the pair
+  std::vector<pl::ShapeDtype> outs;  // the op's outputs (a pair's primal outputs)
+};
+using Factory = std::function<Made(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+
+inline Made made(pl::Call c) {
+  Made m{c, std::nullopt, c.out_shapes()};
+  return m;
+}
+inline Made made(const pl::CustomVjp& f) {
+  std::vector<pl::ShapeDtype> o = f.fwd().out_shapes();
+  o.resize(static_cast<size_t>(f.num_outputs()));
+  return Made{f.fwd(), f, o};
+}
 
 inline pl::DType to_pallas(at::ScalarType t, const std::string& op, size_t i) {
   switch (t) {
@@ -76,23 +95,28 @@ class Op {
   Op(std::string name, Factory make) : name_(std::move(name)), make_(std::move(make)) {}
   const std::string& name() const { return name_; }
 
-  pl::Call get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
+  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
     std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
     for (const pl::ShapeDtype& s : in) key += " " + pl::shape_str(s.shape, s.dtype);
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = calls_.find(key);
-    if (it != calls_.end()) return it->second;
-    pl::Call c = make_(in, backend);
-    c.trace(in);
-    return calls_.emplace(key, c).first->second;
+    auto it = made_.find(key);
+    if (it != made_.end()) return it->second;
+    Made m = make_(in, backend);
+    m.call.trace(in);
+    return made_.emplace(key, m).first->second;
   }
 
  private:
   std::string name_;
   Factory make_;
   std::mutex mu_;
-  std::map<std::string, pl::Call> calls_;
+  std::map<std::string, Made> made_;
 };
+
+// A Pallas array handed to torch without a copy (DLPack).
+inline at::Tensor to_torch_tensor(const pl::Array& a) {
+  return at::fromDLPack(reinterpret_cast<DLManagedTensor*>(pl::dlpack::to_dlpack(a)));
+}
 
 // The boxed kernel of one dispatch key (CPU, CUDA or Meta) for an op: arguments off the stack,
 // outputs allocated and (but for Meta) written by the Pallas call, pushed back.
@@ -116,16 +140,34 @@ class Kernel final : public c10::OperatorKernel {
       in.push_back(pl::ShapeDtype(pl::Shape(ts[i].sizes().begin(), ts[i].sizes().end()), to_pallas(ts[i].scalar_type(), op, i)));
     }
     const bool cuda = key_ == c10::DispatchKey::CUDA;
-    pl::Call call;
+    Made m;
     try {
-      call = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
+      m = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
     } catch (const pl::Error& e) {
       TORCH_CHECK(false, op, ": ", e.what());
     }
-    std::vector<pl::ShapeDtype> outs = call.out_shapes();
+    const pl::Call& call = m.call;
+    const std::vector<pl::ShapeDtype>& outs = m.outs;
     TORCH_CHECK(outs.size() == handle.schema().returns().size(), op, ": the kernel '", call.name(), "' has ", outs.size(),
                 " outputs; the schema returns ", handle.schema().returns().size());
     std::vector<at::Tensor> results;
+    if (m.vjp && key_ != c10::DispatchKey::Meta) {
+      // a custom_vjp pair: its primal outputs (its primal call's, else the forward's first ones)
+      std::vector<pl::Array> args;
+      for (size_t i = 0; i < ts.size(); ++i) {
+        TORCH_CHECK(ts[i].is_contiguous(), op, ": argument ", i, " is not contiguous; call .contiguous() on it first");
+        args.push_back(pl::Array::view(ts[i].data_ptr(), in[i].shape, in[i].dtype, cuda ? pl::Device::cuda(ts[i].device().index()) : pl::Device::host()));
+      }
+      std::optional<pl::StreamScope> scope;
+      if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(ts[0].device().index()).stream());
+      try {
+        for (const pl::Array& a : (*m.vjp)(args)) results.push_back(to_torch_tensor(a));
+      } catch (const pl::Error& e) {
+        TORCH_CHECK(false, op, ": the Pallas C++ kernel '", call.name(), "' failed: ", e.what());
+      }
+      for (at::Tensor& t : results) torch::jit::push(*stack, std::move(t));
+      return;
+    }
     for (const pl::ShapeDtype& o : outs)
       results.push_back(at::empty(std::vector<int64_t>(o.shape.begin(), o.shape.end()), ts[0].options().dtype(to_torch(o.dtype, op))));
     if (key_ != c10::DispatchKey::Meta) {
@@ -181,13 +223,14 @@ class VjpKernel final : public c10::OperatorKernel {
       pv.push_back(pl::Array::view(prims[i].data_ptr(), in.back().shape, in.back().dtype,
                                    cuda ? pl::Device::cuda(prims[i].device().index()) : pl::Device::host()));
     }
-    pl::Call call;
+    Made m;
     try {
-      call = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
+      m = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
     } catch (const pl::Error& e) {
       TORCH_CHECK(false, op, ": ", e.what());
     }
-    std::vector<pl::ShapeDtype> outs = call.out_shapes();
+    const pl::Call& call = m.call;
+    const std::vector<pl::ShapeDtype>& outs = m.outs;
     TORCH_CHECK(cots.size() == outs.size(), op, ": got ", cots.size(), " cotangents for the kernel '", call.name(), "''s ", outs.size(), " outputs");
     std::vector<pl::Array> cv;
     for (size_t o = 0; o < cots.size(); ++o) {
@@ -205,14 +248,14 @@ class VjpKernel final : public c10::OperatorKernel {
     if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(prims[0].device().index()).stream());
     std::vector<pl::Array> g;
     try {
-      auto [fwd_outs, pullback] = pl::vjp(call, pv);
+      auto [fwd_outs, pullback] = m.vjp ? pl::vjp(*m.vjp, pv) : pl::vjp(call, pv);
       g = pullback(cv);
     } catch (const pl::Error& e) {
       TORCH_CHECK(false, op, ": the vjp of the Pallas C++ kernel '", call.name(), "' failed: ", e.what());
     }
     for (size_t i = 0; i < prims.size(); ++i) {
       if (i < g.size() && g[i].defined())
-        grads.push_back(at::fromDLPack(reinterpret_cast<DLManagedTensor*>(pl::dlpack::to_dlpack(g[i]))));
+        grads.push_back(to_torch_tensor(g[i]));
       else
         grads.push_back(at::zeros_like(prims[i]));
     }
@@ -226,7 +269,9 @@ class VjpKernel final : public c10::OperatorKernel {
 
 // Defines ns::<name> with `schema` and its CPU, CUDA and Meta kernels, and ns::<name>_vjp
 // (PALLAS_TORCH_OP).
-inline bool register_op(const char* ns, const std::string& schema, Factory make, const char* file, uint32_t line) {
+template <class F>
+bool register_op(const char* ns, const std::string& schema, F factory, const char* file, uint32_t line) {
+  Factory make = [factory](const std::vector<pl::ShapeDtype>& in, pl::Backend b) { return made(factory(in, b)); };
   static std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
   const std::string name = schema.substr(0, schema.find('('));
   auto op = std::make_shared<Op>(std::string(ns) + "::" + name, std::move(make));

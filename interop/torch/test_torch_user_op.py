@@ -41,6 +41,7 @@ def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     pallas_torch.load_user_ops([HERE / "example" / "rms_scale.cc"], "user_rms_scale_ops", build)
     pallas_torch.register_automatic_vjp("user_ops::rms_scale")
+    pallas_torch.register_automatic_vjp("user_ops::rms_norm")  # its vjp is the pair's backward
     print(f"torch {torch.__version__}; torch.ops.user_ops.rms_scale registered")
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     if len(devices) == 1:
@@ -83,6 +84,21 @@ def main():
             (dx2r,) = torch.autograd.grad(reference(xr, wr)[0].float().sum(), (xr,))
             check(f"rms_scale {dev} {dtype}: an output left out of the loss has a zero gradient",
                   ((dx2.float() - dx2r.float()).abs().max() / dx2r.float().abs().max()).item() <= tol)
+        # the library's rms norm with its hand-written backward kernels (a custom_vjp pair)
+        for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2)):
+            g = torch.Generator().manual_seed(2)
+            x = torch.randn(12, 64, generator=g).to(dev, dtype).requires_grad_()
+            w = torch.randn(64, generator=g).to(dev, dtype).requires_grad_()
+            gy = torch.randn(12, 64, generator=g).to(dev, dtype)
+            y = torch.ops.user_ops.rms_norm(x, w)
+            dx, dw = torch.autograd.grad((y.float() * gy.float()).sum(), (x, w))
+            xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+            yr = reference(xr, wr)[0]
+            dxr, dwr = torch.autograd.grad((yr.float() * gy.float()).sum(), (xr, wr))
+            rel = lambda a, b: ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+            check(f"rms_norm {dev} {dtype}: output and gradients (hand-written backward) match torch",
+                  rel(y, yr) <= tol and max(rel(dx, dxr), rel(dw, dwr)) <= tol and dw.dtype == dtype,
+                  f"{rel(y, yr):.3g} {rel(dx, dxr):.3g} {rel(dw, dwr):.3g}")
         try:
             torch.ops.user_ops.rms_scale(torch.ones(4, 8, device=dev), torch.ones(7, device=dev))
             check(f"error {dev}: operands the factory refuses", False, "no error")
