@@ -5,7 +5,9 @@
 //   PALLAS_JAX_FFI_TARGET(MySwiglu, make_swiglu)
 //
 // defines the handler symbols MySwigluCpu and MySwigluCuda, and MySwigluVjpCpu / MySwigluVjpCuda,
-// the call's automatic vjp (pl::vjp: the kernel transposed). In Python:
+// the call's automatic vjp (pl::vjp: the kernel transposed). A factory may make a pl::CustomVjp
+// pair instead: the target then runs its primal outputs (copied into XLA's buffers) and its vjp
+// is the pair's backward. In Python:
 //
 //   pallas_jax.register_targets(lib_path, {"my_swiglu": "MySwiglu"})
 //   out = jax.ffi.ffi_call("my_swiglu", jax.ShapeDtypeStruct(x.shape, x.dtype))(x, y)
@@ -24,6 +26,7 @@
 #include <xla/ffi/api/ffi.h>
 
 #include <pallas/pallas.h>
+#include <pallas/transforms.h>
 
 #include <functional>
 #include <map>
@@ -39,7 +42,21 @@ namespace pl = pallas;
 // The CUDA runtime's stream handle type, declared as the runtime declares it.
 typedef struct CUstream_st* cudaStream_t;
 
-using Factory = std::function<pl::Call(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+// What a factory makes for the operands' shapes: a call (its gradient is its automatic vjp) or a
+// custom_vjp pair (its gradient is the pair's backward, e.g. the library's hand-written kernels).
+struct Made {
+  pl::Call call;                    // the call; for a pair, its forward (with the residuals)
+  std::optional<pl::CustomVjp> vjp;  // the pair
+  std::vector<pl::ShapeDtype> outs;  // the target's results (a pair's primal outputs)
+};
+using Factory = std::function<Made(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
+
+inline Made made(pl::Call c) { return Made{c, std::nullopt, c.out_shapes()}; }
+inline Made made(const pl::CustomVjp& f) {
+  std::vector<pl::ShapeDtype> o = f.fwd().out_shapes();
+  o.resize(static_cast<size_t>(f.num_outputs()));
+  return Made{f.fwd(), f, o};
+}
 
 inline bool to_pallas(ffi::DataType t, pl::DType* out) {
   switch (t) {
@@ -60,7 +77,9 @@ inline std::string shape_text(const pl::ShapeDtype& s) { return std::string(pl::
 // One target's calls, per (operand shapes and dtypes, backend).
 class Target {
  public:
-  Target(std::string name, Factory make) : name_(std::move(name)), make_(std::move(make)) {}
+  template <class F>
+  Target(std::string name, F factory)
+      : name_(std::move(name)), make_([factory](const std::vector<pl::ShapeDtype>& in, pl::Backend b) { return made(factory(in, b)); }) {}
 
   ffi::Error run(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::RemainingArgs args, ffi::RemainingRets rets) {
     const std::string op = "pallas " + name_;
@@ -69,13 +88,14 @@ class Target {
     std::vector<void*> in_data;
     if (std::string e = operands(op, args, in, in_data); !e.empty()) return ffi::Error::InvalidArgument(e);
     pl::Backend backend = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
-    pl::Call call;
+    Made m;
     try {
-      call = get(in, backend);
+      m = get(in, backend);
     } catch (const pl::Error& e) {
       return ffi::Error::InvalidArgument(op + ": " + e.what());
     }
-    std::vector<pl::ShapeDtype> want = call.out_shapes();
+    const pl::Call& call = m.call;
+    const std::vector<pl::ShapeDtype>& want = m.outs;
     if (want.size() != rets.size())
       return ffi::Error::InvalidArgument(op + ": the kernel '" + call.name() + "' has " + std::to_string(want.size()) + " outputs; the call asked for " +
                                          std::to_string(rets.size()) + " results");
@@ -94,9 +114,11 @@ class Target {
       out_views.push_back(pl::Array::view((*r)->untyped_data(), want[o].shape, want[o].dtype, dev));
     }
     try {
-      if (gpu) {
-        pl::StreamScope scope(stream);
-        call.into(out_views, in_views);
+      std::optional<pl::StreamScope> scope;
+      if (gpu) scope.emplace(stream);
+      if (m.vjp) {  // a pair: its primal outputs, copied into XLA's buffers
+        std::vector<pl::Array> r = (*m.vjp)(in_views);
+        for (size_t o = 0; o < r.size(); ++o) out_views[o].copy_from(r[o]);
       } else {
         call.into(out_views, in_views);
       }
@@ -123,8 +145,9 @@ class Target {
     pl::Backend backend = gpu ? pl::Backend::Auto : pl::Backend::Interpret;
     pl::Device dev = gpu ? pl::Device::cuda(0) : pl::Device::host();
     try {
-      pl::Call call = get(prim, backend);
-      std::vector<pl::ShapeDtype> outs = call.out_shapes();
+      Made m = get(prim, backend);
+      const pl::Call& call = m.call;
+      const std::vector<pl::ShapeDtype>& outs = m.outs;
       if (in.size() - np != outs.size())
         return ffi::Error::InvalidArgument(op + ": " + std::to_string(in.size() - np) + " cotangents for the kernel '" + call.name() + "''s " +
                                            std::to_string(outs.size()) + " outputs");
@@ -138,7 +161,7 @@ class Target {
       }
       std::optional<pl::StreamScope> scope;
       if (gpu) scope.emplace(stream);
-      auto [fwd_outs, pullback] = pl::vjp(call, pv);
+      auto [fwd_outs, pullback] = m.vjp ? pl::vjp(*m.vjp, pv) : pl::vjp(call, pv);
       std::vector<pl::Array> g = pullback(cv);
       for (size_t i = 0; i < np; ++i) {
         auto r = rets.get<ffi::AnyBuffer>(i);
@@ -171,21 +194,21 @@ class Target {
     return {};
   }
 
-  pl::Call get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
+  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
     std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
     for (const pl::ShapeDtype& s : in) key += " " + shape_text(s);
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = calls_.find(key);
-    if (it != calls_.end()) return it->second;
-    pl::Call c = make_(in, backend);
-    c.trace(in);
-    return calls_.emplace(key, c).first->second;
+    auto it = made_.find(key);
+    if (it != made_.end()) return it->second;
+    Made m = make_(in, backend);
+    m.call.trace(in);
+    return made_.emplace(key, m).first->second;
   }
 
   std::string name_;
   Factory make_;
   std::mutex mu_;
-  std::map<std::string, pl::Call> calls_;
+  std::map<std::string, Made> made_;
 };
 
 }  // namespace pallas_jax_user

@@ -49,7 +49,7 @@ def reference(x, w):
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else None
     lib = pallas_jax.build_user_library([HERE / "example" / "rms_scale.cc"], "user_rms_scale", build)
-    pallas_jax.register_targets(lib, {"user_rms_scale": "UserRmsScale"})
+    pallas_jax.register_targets(lib, {"user_rms_scale": "UserRmsScale", "user_rms_norm": "UserRmsNorm"})
     print(f"jax {jax.__version__}; user library {lib.name}")
     devices = [("cpu", jax.devices("cpu")[0])]
     try:
@@ -90,6 +90,20 @@ def main():
             err = max(rel(dx, dxr), rel(dw, dwr))
             check(f"rms_scale {label} {jnp.dtype(dtype).name}: jax.grad through the automatic vjp matches jnp's", err <= tol and dx.dtype == dtype,
                   f"relative error {err:.3g}")
+        # the library's rms norm with its hand-written backward kernels (a custom_vjp pair)
+        norm = pallas_jax.differentiable("user_rms_norm", lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype))
+        for dtype, tol in ((jnp.float32, 1e-4), (jnp.bfloat16, 3e-2)):
+            xn = jax.device_put(jax.random.normal(jax.random.key(6), (12, 64), dtype), dev)
+            wn = jax.device_put(jax.random.normal(jax.random.key(7), (64,), dtype), dev)
+            gy = jax.random.normal(jax.random.key(8), (12, 64), jnp.float32)
+            y = jax.jit(norm)(xn, wn)
+            loss = lambda fn: (lambda x, w: jnp.sum(fn(x, w).astype(jnp.float32) * gy))
+            dx, dw = jax.jit(jax.grad(loss(norm), argnums=(0, 1)))(xn, wn)
+            dxr, dwr = jax.grad(loss(lambda x, w: reference(x, w)[0]), argnums=(0, 1))(xn, wn)
+            rel = lambda a, b: float(jnp.max(jnp.abs(a.astype(jnp.float32) - b.astype(jnp.float32))) / jnp.max(jnp.abs(b.astype(jnp.float32))))
+            errs = (rel(y, reference(xn, wn)[0]), rel(dx, dxr), rel(dw, dwr))
+            check(f"rms_norm {label} {jnp.dtype(dtype).name}: output and jax.grad (hand-written backward) match jnp's", max(errs) <= tol,
+                  " ".join(f"{e:.3g}" for e in errs))
         # errors: a result of another shape; operands the factory refuses
         try:
             jax.ffi.ffi_call("user_rms_scale", (jax.ShapeDtypeStruct((37, 96), jnp.float32),

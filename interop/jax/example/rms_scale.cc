@@ -5,3 +5,5 @@
 #include "pallas_jax_user.h"
 
 PALLAS_JAX_FFI_TARGET(UserRmsScale, example::make_rms_scale)
+// a library kernel with its hand-written backward (a custom_vjp pair)
+PALLAS_JAX_FFI_TARGET(UserRmsNorm, example::make_rms_norm)
