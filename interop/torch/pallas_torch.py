@@ -82,6 +82,10 @@ def register_automatic_vjp(qualname):
     torch.library.register_autograd(qualname, backward, setup_context=setup_context)
 
 
+# The library's kernels registered through pallas_torch_user.h (library_ops.cc).
+LIBRARY_OPS = ("rms_norm", "layer_norm", "softmax", "cross_entropy", "flash_attention", "matmul")
+
+
 def load(pallas_build_dir=None, verbose=False):
     """Builds (once; ninja rebuilds only what changed) and loads the operators."""
     build = Path(pallas_build_dir or os.environ.get("PALLAS_BUILD_DIR") or ROOT / "build").resolve()
@@ -101,8 +105,9 @@ def load(pallas_build_dir=None, verbose=False):
     out_dir.mkdir(exist_ok=True)
     cpp_extension.load(
         name="pallas_torch_ops",
-        sources=[str(HERE / "pallas_torch_ops.cc")],
-        extra_include_paths=[str(ROOT / "include"), str(ROOT / "interop"), str(cuda / "include")],
+        # the library's own ops, and its kernels registered as a user registers theirs
+        sources=[str(HERE / "pallas_torch_ops.cc"), str(HERE / "library_ops.cc")],
+        extra_include_paths=[str(ROOT / "include"), str(ROOT / "interop"), str(HERE), str(cuda / "include")],
         # the library is C++20; the later -std wins over torch's default
         extra_cflags=["-O2", "-std=c++20"],
         extra_ldflags=[str(lib), f"-L{cuda_lib}", "-lnvrtc", "-lc10_cuda", "-ldl", "-lpthread",
@@ -149,6 +154,9 @@ def _register_autograd():
         return
     torch.library.register_autograd("pallas::gelu_mul", _gelu_mul_backward, setup_context=_gelu_mul_setup)
     torch.library.register_autograd("pallas::softmax", _softmax_backward, setup_context=_softmax_setup)
+    # torch.ops.pallas_kernels.*: gradients from each kernel's hand-written backward
+    for name in LIBRARY_OPS:
+        register_automatic_vjp("pallas_kernels::" + name)
     _registered = True
 
 

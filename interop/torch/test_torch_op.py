@@ -186,6 +186,43 @@ def check_stream():
     check("non-default stream: a chain of Pallas ops", *close(c, ref_softmax(ref_gelu_mul(a, b)), torch.float32))
 
 
+def check_library_ops(dev):
+    """torch.ops.pallas_kernels.*: the library's kernels registered as a user registers theirs,
+    outputs and gradients (their hand-written backward kernels) against torch's."""
+    g = torch.Generator().manual_seed(3)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(dev)
+    F = torch.nn.functional
+    cases = [
+        ("rms_norm", [rnd(6, 32), rnd(32)], lambda x, w: x * torch.rsqrt((x * x).mean(-1, keepdim=True) + 1e-6) * w),
+        ("layer_norm", [rnd(6, 32), rnd(32), rnd(32)], lambda x, w, b: F.layer_norm(x, (32,), w, b, 1e-5)),
+        ("softmax", [rnd(6, 32)], lambda x: torch.softmax(x, -1)),
+        ("flash_attention", [rnd(1, 4, 32, 16), rnd(1, 2, 32, 16), rnd(1, 2, 32, 16)],
+         lambda q, k, v: F.scaled_dot_product_attention(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1))),
+        ("matmul", [rnd(16, 32), rnd(32, 24)], lambda a, b: a @ b),
+    ]
+    for name, args, ref in cases:
+        ours = [a.clone().requires_grad_() for a in args]
+        theirs = [a.clone().requires_grad_() for a in args]
+        y = getattr(torch.ops.pallas_kernels, name)(*ours)
+        yr = ref(*theirs)
+        gy = torch.randn(yr.shape, generator=g).to(dev)
+        grads = torch.autograd.grad((y * gy).sum(), ours)
+        grads_r = torch.autograd.grad((yr * gy).sum(), theirs)
+        # (f32 dots round to tf32, Precision::Default, on both backends)
+        tol = 2e-3 if name in ("flash_attention", "matmul") else 1e-4
+        err = max([((y - yr).abs().max() / yr.abs().max()).item()] +
+                  [((a - b).abs().max() / b.abs().max()).item() for a, b in zip(grads, grads_r)])
+        check(f"pallas_kernels.{name} {dev}: output and gradients (hand-written backward) match torch", err <= tol, f"{err:.3g}")
+    x, t = rnd(5, 40).requires_grad_(), torch.randint(0, 40, (5,), generator=g).to(dev, torch.int32)
+    loss = torch.ops.pallas_kernels.cross_entropy(x, t)
+    (dx,) = torch.autograd.grad(loss.sum(), (x,))
+    xr = x.detach().clone().requires_grad_()
+    lr = F.cross_entropy(xr, t.long(), reduction="none")
+    (dxr,) = torch.autograd.grad(lr.sum(), (xr,))
+    err = max(((loss - lr).abs().max() / lr.abs().max()).item(), ((dx - dxr).abs().max() / dxr.abs().max()).item())
+    check(f"pallas_kernels.cross_entropy {dev}: per-row loss and gradient match torch", err <= 1e-4, f"{err:.3g}")
+
+
 def check_errors(dev):
     x = torch.randn(8, 16, device=dev)
     for what, args, needle in [
@@ -214,6 +251,7 @@ def main():
         check_results(dev)
         check_autograd(dev)
         check_compile(dev)
+        check_library_ops(dev)
         check_errors(dev)
     if "cuda" in devices:
         check_stream()
