@@ -66,7 +66,7 @@ def build(pallas_build_dir=None):
                            f"(cmake --build {build_dir} --target pallas)")
     out = build_dir / "interop-jax" / "libpallas_jax_ffi.so"
     out.parent.mkdir(exist_ok=True)
-    inputs = [lib, SOURCE, ROOT / "interop" / "common" / "gelu_mul.h"]
+    inputs = [lib, SOURCE, HERE / "pallas_jax_user.h"] + sorted((ROOT / "interop" / "common").glob("*.h"))
     if not out.exists() or any(p.stat().st_mtime > out.stat().st_mtime for p in inputs):
         cmd = compile_command(build_dir, out)
         r = subprocess.run(cmd, capture_output=True, text=True)
@@ -133,6 +133,33 @@ def differentiable(target, out_shapes):
     return f
 
 
+class _Kernels:
+    """The library's kernels with their hand-written backwards, as differentiable functions (after
+    load()): rms_norm(x, w), layer_norm(x, w, b), softmax(x) over [rows, cols]; cross_entropy(x, t)
+    per-row losses (t int32); flash_attention(q, k, v) on [B, H, S, D] (grouped-query when k and v
+    have fewer heads); matmul(a, b)."""
+
+    def __getattr__(self, name):
+        if name not in _LIBRARY_OPS:
+            raise AttributeError(f"pallas_jax.kernels has no {name}; it has {', '.join(_LIBRARY_OPS)}")
+        import jax.numpy as jnp
+        shapes = {
+            "rms_norm": lambda x, w: jax.ShapeDtypeStruct(x.shape, x.dtype),
+            "layer_norm": lambda x, w, b: jax.ShapeDtypeStruct(x.shape, x.dtype),
+            "softmax": lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+            "cross_entropy": lambda x, t: jax.ShapeDtypeStruct(x.shape[:1], jnp.float32),
+            "flash_attention": lambda q, k, v: jax.ShapeDtypeStruct(q.shape, q.dtype),
+            "matmul": lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
+        }
+        f = differentiable("pallas_kernels_" + name, shapes[name])
+        setattr(self, name, f)
+        return f
+
+
+_LIBRARY_OPS = ("rms_norm", "layer_norm", "softmax", "cross_entropy", "flash_attention", "matmul")
+kernels = _Kernels()
+
+
 def load(pallas_build_dir=None):
     """Builds (if needed) and loads the library, and registers its FFI targets."""
     global _lib
@@ -144,6 +171,9 @@ def load(pallas_build_dir=None):
                          ("pallas_softmax_backward", "PallasSoftmaxBackward")]:
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cuda")), platform="CUDA")
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, symbol + "Cpu")), platform="cpu")
+    # the library's kernels as user targets (with their hand-written backwards): kernels.*
+    register_targets(str(build(pallas_build_dir)), {"pallas_kernels_" + n: "PallasKernels" + "".join(w.title() for w in n.split("_"))
+                                                    for n in _LIBRARY_OPS})
     lib.pallas_jax_last_output.restype = ctypes.c_size_t
     lib.pallas_jax_last_backend.restype = ctypes.c_char_p
     _lib = lib

@@ -234,3 +234,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PallasSoftmaxBackwardCpu, softmax_backward_cpu,
 // For the tests (ctypes): the address of the output the last kernel wrote, and its backend.
 extern "C" uintptr_t pallas_jax_last_output() { return g_last_out.load(); }
 extern "C" const char* pallas_jax_last_backend() { return g_last_backend.load(); }
+
+// The library's kernels registered the way a user registers theirs (pallas_jax_user.h), with
+// their custom_vjp pairs: pallas_jax.kernels.* (pallas_jax.py).
+#include "common/library_factories.h"
+#include "pallas_jax_user.h"
+
+PALLAS_JAX_FFI_TARGET(PallasKernelsRmsNorm, library_ops::rms_norm)
+PALLAS_JAX_FFI_TARGET(PallasKernelsLayerNorm, library_ops::layer_norm)
+PALLAS_JAX_FFI_TARGET(PallasKernelsSoftmax, library_ops::softmax)
+PALLAS_JAX_FFI_TARGET(PallasKernelsCrossEntropy, library_ops::cross_entropy)
+PALLAS_JAX_FFI_TARGET(PallasKernelsFlashAttention, library_ops::flash_attention)
+PALLAS_JAX_FFI_TARGET(PallasKernelsMatmul, library_ops::matmul)

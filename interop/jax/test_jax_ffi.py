@@ -136,6 +136,47 @@ def check_device(dev):
               "pallas gelu_mul" in str(e) and "another shape" in str(e), str(e).splitlines()[0])
 
 
+def check_library_kernels(dev):
+    """pallas_jax.kernels.*: the library's kernels registered as a user registers theirs, outputs
+    and jax.grad (their hand-written backward kernels) against jnp's."""
+    k = pallas_jax.kernels
+    keys = iter(jax.random.split(jax.random.key(11), 64))
+    rnd = lambda *shape: jax.device_put(jax.random.normal(next(keys), shape, jnp.float32), dev)
+
+    def ref_attention(q, kk, v):
+        kk, v = jnp.repeat(kk, q.shape[1] // kk.shape[1], axis=1), jnp.repeat(v, q.shape[1] // v.shape[1], axis=1)
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, kk) / jnp.sqrt(q.shape[-1])
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, axis=-1), v)
+
+    def ref_layer_norm(x, w, b):
+        m = x.mean(-1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(((x - m) ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+
+    cases = [
+        ("rms_norm", (rnd(6, 32), rnd(32)), lambda x, w: x * jax.lax.rsqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w),
+        ("layer_norm", (rnd(6, 32), rnd(32), rnd(32)), ref_layer_norm),
+        ("softmax", (rnd(6, 32),), lambda x: jax.nn.softmax(x, axis=-1)),
+        ("flash_attention", (rnd(1, 4, 32, 16), rnd(1, 2, 32, 16), rnd(1, 2, 32, 16)), ref_attention),
+        ("matmul", (rnd(16, 32), rnd(32, 24)), lambda a, b: a @ b),
+    ]
+    for name, args, ref in cases:
+        f = getattr(k, name)
+        gy = rnd(*ref(*args).shape)
+        loss = lambda fn: (lambda *a: jnp.sum(fn(*a) * gy))
+        argnums = tuple(range(len(args)))
+        y, g = jax.jit(f)(*args), jax.jit(jax.grad(loss(f), argnums=argnums))(*args)
+        yr, gr = ref(*args), jax.grad(loss(ref), argnums=argnums)(*args)
+        tol = 2e-3 if name in ("flash_attention", "matmul") else 1e-4  # (f32 dots round to tf32)
+        rel = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+        err = max([rel(y, yr)] + [rel(a, b) for a, b in zip(g, gr)])
+        check(f"kernels.{name} {dev.platform}: output and jax.grad (hand-written backward) match jnp's", err <= tol, f"{err:.3g}")
+    x, t = rnd(5, 40), jax.device_put(jax.random.randint(next(keys), (5,), 0, 40, jnp.int32), dev)
+    ref_ce = lambda x: jax.nn.logsumexp(x, axis=-1) - jnp.take_along_axis(x, t[:, None], axis=-1)[:, 0]
+    err = max(rel(k.cross_entropy(x, t), ref_ce(x)),
+              rel(jax.grad(lambda x: jnp.sum(k.cross_entropy(x, t)))(x), jax.grad(lambda x: jnp.sum(ref_ce(x)))(x)))
+    check(f"kernels.cross_entropy {dev.platform}: per-row loss and jax.grad match jnp's", err <= 1e-4, f"{err:.3g}")
+
+
 def main():
     build_dir = sys.argv[1] if len(sys.argv) > 1 else None
     pallas_jax.load(build_dir)
@@ -151,6 +192,7 @@ def main():
     for dev in devices:
         print(f"--- {dev.platform} ({dev}) ---")
         check_device(dev)
+        check_library_kernels(dev)
     if not gpus:
         print("SKIPPED: the GPU checks (CUDA handlers, zero-copy on the GPU): jax has no CUDA device here")
     print(f"{len(failures)} failed" if failures else "all jax interop checks passed")
