@@ -79,6 +79,14 @@ def main():
                       ((dw.float() - dwr.float()).abs().max() / dwr.float().abs().max()).item())
             check(f"rms_scale {dev} {dtype}: gradients by the automatic vjp match torch autograd", err <= tol and dx.dtype == dtype,
                   f"relative error {err:.3g}")
+            # the same through torch.compile (fullgraph): the forward and the automatic vjp traced
+            cf = torch.compile(lambda a, b: (torch.ops.user_ops.rms_scale(a, b)[0].float() * gy.float()).sum(), fullgraph=True)
+            dxc, dwc = torch.autograd.grad(cf(x, w), (x, w))
+            dxr2, dwr2 = torch.autograd.grad((reference(xr, wr)[0].float() * gy.float()).sum(), (xr, wr))
+            errc = max(((dxc.float() - dxr2.float()).abs().max() / dxr2.float().abs().max()).item(),
+                       ((dwc.float() - dwr2.float()).abs().max() / dwr2.float().abs().max()).item())
+            check(f"rms_scale {dev} {dtype}: torch.compile(fullgraph=True) of a loss, backward through the automatic vjp",
+                  errc <= tol, f"relative error {errc:.3g}")
             # an output without a gradient (None) counts as zero
             (dx2,) = torch.autograd.grad(torch.ops.user_ops.rms_scale(x, w)[0].float().sum(), (x,))
             (dx2r,) = torch.autograd.grad(reference(xr, wr)[0].float().sum(), (xr,))
