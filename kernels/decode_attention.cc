@@ -137,6 +137,28 @@ void trace_for_shapes(DecodeAttention& d, int64_t batch, int64_t heads, int64_t 
   d.merge.trace(partial_shapes(batch, s, head_dim, dtype));
 }
 
+// The partial call of a kernel over (sequence, kv head, split) programs: q's group block, the
+// split's o and lse blocks, and `kv` for K and V (the cache's split, or a head's page pool);
+// Prefetch... the scalar-prefetch operands' Ref parameters of the index maps (one per operand).
+template <class... Prefetch, class Kernel>
+Call partial_call(const char* k, Kernel kernel, const BlockSpec& kv, int64_t batch, int64_t heads, int64_t keys, int64_t head_dim,
+                  DType dtype, const DecodeShape& s, const DecodeAttentionConfig& cfg) {
+  auto qmap = [](Value b, Value h, Value, Prefetch...) { return idx(b, h, 0); };
+  auto omap = [](Value b, Value h, Value sp, Prefetch...) { return idx(b, h, sp, 0, 0); };
+  auto lmap = [](Value b, Value h, Value sp, Prefetch...) { return idx(b, h, sp, 0); };
+  int64_t bytes = 2 * batch * s.kv_heads * keys * head_dim * static_cast<int64_t>(itemsize(dtype));
+  return pallas_call(kernel, partial_shapes(batch, s, head_dim, dtype),
+                     {.grid = {batch, s.kv_heads, s.splits},
+                      .in_specs = {BlockSpec({squeezed, s.group, head_dim}, qmap), kv, kv},
+                      .out_specs = {BlockSpec({squeezed, squeezed, squeezed, s.group, head_dim}, omap),
+                                    BlockSpec({squeezed, squeezed, squeezed, s.group}, lmap)},
+                      .num_scalar_prefetch = static_cast<int>(sizeof...(Prefetch)),
+                      .interpret = cfg.interpret,
+                      .name = k,
+                      .compiler_params = cfg.compiler_params,
+                      .cost_estimate = CostEstimate{4 * batch * heads * keys * head_dim, batch * heads * keys, bytes}});
+}
+
 }  // namespace
 
 std::vector<Array> DecodeAttention::operator()(const std::vector<Array>& args) const {
@@ -163,23 +185,9 @@ DecodeAttention decode_attention(int64_t batch, int64_t heads, int64_t keys, int
     o_ref[all] = outs[0];
     lse_ref[all] = outs[1];
   };
-  auto qmap = [](Value b, Value h, Value, Ref) { return idx(b, h, 0); };
-  auto kvmap = [](Value b, Value h, Value sp, Ref) { return idx(b, h, sp, 0); };
-  auto omap = [](Value b, Value h, Value sp, Ref) { return idx(b, h, sp, 0, 0); };
-  auto lmap = [](Value b, Value h, Value sp, Ref) { return idx(b, h, sp, 0); };
-  BlockSpec kv({squeezed, squeezed, chunk, head_dim}, kvmap);
-  int64_t bytes = 2 * batch * s.kv_heads * keys * head_dim * static_cast<int64_t>(itemsize(dtype));
+  BlockSpec kv({squeezed, squeezed, chunk, head_dim}, [](Value b, Value h, Value sp, Ref) { return idx(b, h, sp, 0); });
   DecodeAttention d;
-  d.partial = pallas_call(kernel, partial_shapes(batch, s, head_dim, dtype),
-                          {.grid = {batch, s.kv_heads, s.splits},
-                           .in_specs = {BlockSpec({squeezed, group, head_dim}, qmap), kv, kv},
-                           .out_specs = {BlockSpec({squeezed, squeezed, squeezed, group, head_dim}, omap),
-                                         BlockSpec({squeezed, squeezed, squeezed, group}, lmap)},
-                           .num_scalar_prefetch = 1,
-                           .interpret = cfg.interpret,
-                           .name = k,
-                           .compiler_params = cfg.compiler_params,
-                           .cost_estimate = CostEstimate{4 * batch * heads * keys * head_dim, batch * heads * keys, bytes}});
+  d.partial = partial_call<Ref>(k, kernel, kv, batch, heads, keys, head_dim, dtype, s, cfg);
   d.merge = merge_call(k, batch, heads, head_dim, dtype, s, cfg);
   ShapeDtype kv_shape({batch, s.kv_heads, keys, head_dim}, dtype);
   trace_for_shapes(d, batch, heads, head_dim, dtype, s, {ShapeDtype({batch}, DType::I32)}, kv_shape);
@@ -218,24 +226,10 @@ DecodeAttention paged_attention(int64_t batch, int64_t heads, int64_t pages_per_
     o_ref[all] = outs[0];
     lse_ref[all] = outs[1];
   };
-  auto qmap = [](Value b, Value h, Value, Ref, Ref) { return idx(b, h, 0); };
-  auto kvmap = [](Value, Value h, Value, Ref, Ref) { return idx(h, 0, 0, 0); };
-  auto omap = [](Value b, Value h, Value sp, Ref, Ref) { return idx(b, h, sp, 0, 0); };
-  auto lmap = [](Value b, Value h, Value sp, Ref, Ref) { return idx(b, h, sp, 0); };
   // Each kv head's whole page pool: the kernel picks its pages by the block table.
-  BlockSpec kv({squeezed, total_pages, page_size, head_dim}, kvmap);
-  int64_t bytes = 2 * batch * s.kv_heads * keys * head_dim * static_cast<int64_t>(itemsize(dtype));
+  BlockSpec kv({squeezed, total_pages, page_size, head_dim}, [](Value, Value h, Value, Ref, Ref) { return idx(h, 0, 0, 0); });
   DecodeAttention d;
-  d.partial = pallas_call(kernel, partial_shapes(batch, s, head_dim, dtype),
-                          {.grid = {batch, s.kv_heads, s.splits},
-                           .in_specs = {BlockSpec({squeezed, group, head_dim}, qmap), kv, kv},
-                           .out_specs = {BlockSpec({squeezed, squeezed, squeezed, group, head_dim}, omap),
-                                         BlockSpec({squeezed, squeezed, squeezed, group}, lmap)},
-                           .num_scalar_prefetch = 2,
-                           .interpret = cfg.interpret,
-                           .name = k,
-                           .compiler_params = cfg.compiler_params,
-                           .cost_estimate = CostEstimate{4 * batch * heads * keys * head_dim, batch * heads * keys, bytes}});
+  d.partial = partial_call<Ref, Ref>(k, kernel, kv, batch, heads, keys, head_dim, dtype, s, cfg);
   d.merge = merge_call(k, batch, heads, head_dim, dtype, s, cfg);
   ShapeDtype kv_shape({s.kv_heads, total_pages, page_size, head_dim}, dtype);
   trace_for_shapes(d, batch, heads, head_dim, dtype, s,

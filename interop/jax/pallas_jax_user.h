@@ -26,11 +26,9 @@
 #include <xla/ffi/api/ffi.h>
 
 #include <pallas/pallas.h>
-#include <pallas/transforms.h>
 
-#include <functional>
-#include <map>
-#include <mutex>
+#include "common/user_calls.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,21 +40,7 @@ namespace pl = pallas;
 // The CUDA runtime's stream handle type, declared as the runtime declares it.
 typedef struct CUstream_st* cudaStream_t;
 
-// What a factory makes for the operands' shapes: a call (its gradient is its automatic vjp) or a
-// custom_vjp pair (its gradient is the pair's backward, e.g. the library's hand-written kernels).
-struct Made {
-  pl::Call call;                    // the call; for a pair, its forward (with the residuals)
-  std::optional<pl::CustomVjp> vjp;  // the pair
-  std::vector<pl::ShapeDtype> outs;  // the target's results (a pair's primal outputs)
-};
-using Factory = std::function<Made(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
-
-inline Made made(pl::Call c) { return Made{c, std::nullopt, c.out_shapes()}; }
-inline Made made(const pl::CustomVjp& f) {
-  std::vector<pl::ShapeDtype> o = f.fwd().out_shapes();
-  o.resize(static_cast<size_t>(f.num_outputs()));
-  return Made{f.fwd(), f, o};
-}
+using pallas_interop::Made;
 
 inline bool to_pallas(ffi::DataType t, pl::DType* out) {
   switch (t) {
@@ -78,8 +62,7 @@ inline std::string shape_text(const pl::ShapeDtype& s) { return std::string(pl::
 class Target {
  public:
   template <class F>
-  Target(std::string name, F factory)
-      : name_(std::move(name)), make_([factory](const std::vector<pl::ShapeDtype>& in, pl::Backend b) { return made(factory(in, b)); }) {}
+  Target(std::string name, F factory) : name_(std::move(name)), calls_(factory) {}
 
   ffi::Error run(cudaStream_t stream, int32_t ordinal, bool gpu, ffi::RemainingArgs args, ffi::RemainingRets rets) {
     const std::string op = "pallas " + name_;
@@ -194,21 +177,10 @@ class Target {
     return {};
   }
 
-  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
-    std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
-    for (const pl::ShapeDtype& s : in) key += " " + shape_text(s);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = made_.find(key);
-    if (it != made_.end()) return it->second;
-    Made m = make_(in, backend);
-    m.call.trace(in);
-    return made_.emplace(key, m).first->second;
-  }
+  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { return calls_.get(in, backend); }
 
   std::string name_;
-  Factory make_;
-  std::mutex mu_;
-  std::map<std::string, Made> made_;
+  pallas_interop::MadeCalls calls_;
 };
 
 }  // namespace pallas_jax_user

@@ -28,10 +28,9 @@
 #include <pallas/dlpack.h>
 #include <pallas/pallas.h>
 
-#include <functional>
-#include <map>
+#include "common/user_calls.h"
+
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,24 +38,7 @@
 namespace pallas_torch_user {
 namespace pl = pallas;
 
-// What a factory makes for the arguments' shapes: a call (its backward is its automatic vjp) or
-// a custom_vjp pair (its backward is the pair's, e.g. the library's hand-written kernels).
-struct Made {
-  pl::Call call;                    // the call; for a pair, its forward (with the residuals)
-  std::optional<pl::CustomVjp> vjp;  // the pair
-  std::vector<pl::ShapeDtype> outs;  // the op's outputs (a pair's primal outputs)
-};
-using Factory = std::function<Made(const std::vector<pl::ShapeDtype>& inputs, pl::Backend backend)>;
-
-inline Made made(pl::Call c) {
-  Made m{c, std::nullopt, c.out_shapes()};
-  return m;
-}
-inline Made made(const pl::CustomVjp& f) {
-  std::vector<pl::ShapeDtype> o = f.fwd().out_shapes();
-  o.resize(static_cast<size_t>(f.num_outputs()));
-  return Made{f.fwd(), f, o};
-}
+using pallas_interop::Made;
 
 inline pl::DType to_pallas(at::ScalarType t, const std::string& op, size_t i) {
   switch (t) {
@@ -89,29 +71,26 @@ inline at::ScalarType to_torch(pl::DType t, const std::string& op) {
   return at::kFloat;
 }
 
-// One op's calls, per (argument shapes and dtypes, backend).
+// One op: its name and its calls, per (argument shapes and dtypes, backend).
 class Op {
  public:
-  Op(std::string name, Factory make) : name_(std::move(name)), make_(std::move(make)) {}
+  template <class F>
+  Op(std::string name, F factory) : name_(std::move(name)), calls_(factory) {}
   const std::string& name() const { return name_; }
-
-  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) {
-    std::string key = backend == pl::Backend::Interpret ? "interpret" : "auto";
-    for (const pl::ShapeDtype& s : in) key += " " + pl::shape_str(s.shape, s.dtype);
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = made_.find(key);
-    if (it != made_.end()) return it->second;
-    Made m = make_(in, backend);
-    m.call.trace(in);
-    return made_.emplace(key, m).first->second;
-  }
+  Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { return calls_.get(in, backend); }
 
  private:
   std::string name_;
-  Factory make_;
-  std::mutex mu_;
-  std::map<std::string, Made> made_;
+  pallas_interop::MadeCalls calls_;
 };
+
+// A non-owning view of a contiguous tensor (zero copy), on its device; `what` and `i` name it in
+// the message for one that is not contiguous.
+inline pl::Array view_of(const at::Tensor& t, size_t i, const std::string& op, const char* what) {
+  TORCH_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " is not contiguous (strides ", t.strides(), "); call .contiguous() on it first");
+  pl::Device dev = t.is_cuda() ? pl::Device::cuda(t.device().index()) : pl::Device::host();
+  return pl::Array::view(t.data_ptr(), pl::Shape(t.sizes().begin(), t.sizes().end()), to_pallas(t.scalar_type(), op, i), dev);
+}
 
 // A Pallas array handed to torch without a copy (DLPack).
 inline at::Tensor to_torch_tensor(const pl::Array& a) {
@@ -154,10 +133,7 @@ class Kernel final : public c10::OperatorKernel {
     if (m.vjp && key_ != c10::DispatchKey::Meta) {
       // a custom_vjp pair: its primal outputs (its primal call's, else the forward's first ones)
       std::vector<pl::Array> args;
-      for (size_t i = 0; i < ts.size(); ++i) {
-        TORCH_CHECK(ts[i].is_contiguous(), op, ": argument ", i, " is not contiguous; call .contiguous() on it first");
-        args.push_back(pl::Array::view(ts[i].data_ptr(), in[i].shape, in[i].dtype, cuda ? pl::Device::cuda(ts[i].device().index()) : pl::Device::host()));
-      }
+      for (size_t i = 0; i < ts.size(); ++i) args.push_back(view_of(ts[i], i, op, "argument"));
       std::optional<pl::StreamScope> scope;
       if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(ts[0].device().index()).stream());
       try {
@@ -171,14 +147,9 @@ class Kernel final : public c10::OperatorKernel {
     for (const pl::ShapeDtype& o : outs)
       results.push_back(at::empty(std::vector<int64_t>(o.shape.begin(), o.shape.end()), ts[0].options().dtype(to_torch(o.dtype, op))));
     if (key_ != c10::DispatchKey::Meta) {
-      auto view = [&](const at::Tensor& t, size_t i, const char* what) {
-        TORCH_CHECK(t.is_contiguous(), op, ": ", what, " ", i, " is not contiguous (strides ", t.strides(), "); call .contiguous() on it first");
-        pl::Device dev = cuda ? pl::Device::cuda(t.device().index()) : pl::Device::host();
-        return pl::Array::view(t.data_ptr(), pl::Shape(t.sizes().begin(), t.sizes().end()), to_pallas(t.scalar_type(), op, i), dev);
-      };
       std::vector<pl::Array> args, out_views;
-      for (size_t i = 0; i < ts.size(); ++i) args.push_back(view(ts[i], i, "argument"));
-      for (size_t o = 0; o < results.size(); ++o) out_views.push_back(view(results[o], o, "output"));
+      for (size_t i = 0; i < ts.size(); ++i) args.push_back(view_of(ts[i], i, op, "argument"));
+      for (size_t o = 0; o < results.size(); ++o) out_views.push_back(view_of(results[o], o, op, "output"));
       std::optional<pl::StreamScope> scope;
       if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(ts[0].device().index()).stream());
       try {
@@ -218,10 +189,8 @@ class VjpKernel final : public c10::OperatorKernel {
     std::vector<pl::ShapeDtype> in;
     std::vector<pl::Array> pv;
     for (size_t i = 0; i < prims.size(); ++i) {
-      in.push_back(pl::ShapeDtype(pl::Shape(prims[i].sizes().begin(), prims[i].sizes().end()), to_pallas(prims[i].scalar_type(), op, i)));
-      TORCH_CHECK(prims[i].is_contiguous(), op, ": primal ", i, " is not contiguous; call .contiguous() on it first");
-      pv.push_back(pl::Array::view(prims[i].data_ptr(), in.back().shape, in.back().dtype,
-                                   cuda ? pl::Device::cuda(prims[i].device().index()) : pl::Device::host()));
+      pv.push_back(view_of(prims[i], i, op, "primal"));
+      in.push_back(pv.back().shape_dtype());
     }
     Made m;
     try {
@@ -242,7 +211,7 @@ class VjpKernel final : public c10::OperatorKernel {
       cots[o] = c;  // kept alive until the pullback has run
       TORCH_CHECK(std::vector<int64_t>(c.sizes().begin(), c.sizes().end()) == outs[o].shape, op, ": cotangent ", o, " has shape ", c.sizes(),
                   "; the output is ", pl::shape_str(outs[o].shape, outs[o].dtype));
-      cv.push_back(pl::Array::view(c.data_ptr(), outs[o].shape, outs[o].dtype, cuda ? pl::Device::cuda(c.device().index()) : pl::Device::host()));
+      cv.push_back(view_of(c, o, op, "cotangent"));
     }
     std::optional<pl::StreamScope> scope;
     if (cuda) scope.emplace(c10::cuda::getCurrentCUDAStream(prims[0].device().index()).stream());
@@ -271,10 +240,9 @@ class VjpKernel final : public c10::OperatorKernel {
 // (PALLAS_TORCH_OP).
 template <class F>
 bool register_op(const char* ns, const std::string& schema, F factory, const char* file, uint32_t line) {
-  Factory make = [factory](const std::vector<pl::ShapeDtype>& in, pl::Backend b) { return made(factory(in, b)); };
   static std::vector<std::unique_ptr<torch::Library>> libraries;  // registrations live as long as the process
   const std::string name = schema.substr(0, schema.find('('));
-  auto op = std::make_shared<Op>(std::string(ns) + "::" + name, std::move(make));
+  auto op = std::make_shared<Op>(std::string(ns) + "::" + name, factory);
   auto def = std::make_unique<torch::Library>(torch::Library::FRAGMENT, ns, std::nullopt, file, line);
   def->def(schema.c_str());
   def->def((name + "_vjp(Tensor[] primals, Tensor[] cotangents) -> Tensor[]").c_str());
