@@ -42,6 +42,8 @@ inline double tol_for(pl::DType t) {
     case pl::DType::BF16: return 1.6e-2;  // 2 * 2^-7
     case pl::DType::F32: return 1e-6;   // ~8 ulps of 2^-24 for float libm
     case pl::DType::F64: return 1e-14;  // ~45 ulps of 2^-53
+    case pl::DType::F8E4M3: return 0.125;  // 2 * 2^-4
+    case pl::DType::F8E5M2: return 0.25;   // 2 * 2^-3
     default: return 0.0;
   }
 }
@@ -68,6 +70,8 @@ inline double float_max(pl::DType t) {
     case pl::DType::F16: return 65504.0;
     case pl::DType::BF16: return 3.3895313892515355e38;
     case pl::DType::F32: return std::numeric_limits<float>::max();
+    case pl::DType::F8E4M3: return 448.0;
+    case pl::DType::F8E5M2: return 57344.0;
     default: return std::numeric_limits<double>::max();
   }
 }
@@ -76,6 +80,8 @@ inline double float_min_normal(pl::DType t) {
     case pl::DType::F16: return std::ldexp(1.0, -14);
     case pl::DType::BF16: return std::ldexp(1.0, -126);
     case pl::DType::F32: return std::ldexp(1.0, -126);
+    case pl::DType::F8E4M3: return std::ldexp(1.0, -6);
+    case pl::DType::F8E5M2: return std::ldexp(1.0, -14);
     default: return std::numeric_limits<double>::min();
   }
 }
@@ -84,6 +90,8 @@ inline int float_precision(pl::DType t) {  // significand bits, implicit bit inc
     case pl::DType::F16: return 11;
     case pl::DType::BF16: return 8;
     case pl::DType::F32: return 24;
+    case pl::DType::F8E4M3: return 4;
+    case pl::DType::F8E5M2: return 3;
     default: return 53;
   }
 }
@@ -91,6 +99,8 @@ inline int float_precision(pl::DType t) {  // significand bits, implicit bit inc
 // Round a double to the nearest value of float dtype t, ties to even (an independent
 // reference for the library's conversions; subnormals and overflow to inf included).
 inline double round_to(double x, pl::DType t) {
+  // the 8-bit floats saturate: +-inf and values past the largest finite one become +-max
+  if (pl::is_float8(t) && std::isinf(x)) return std::copysign(float_max(t), x);
   if (t == pl::DType::F64 || std::isnan(x) || std::isinf(x) || x == 0.0) return x;
   int p = float_precision(t);
   int emin = std::ilogb(float_min_normal(t));
@@ -98,7 +108,7 @@ inline double round_to(double x, pl::DType t) {
   double scale = std::ldexp(1.0, e - (p - 1));
   double r = std::nearbyint(x / scale) * scale;  // default rounding mode: half to even
   double mx = float_max(t);
-  if (std::fabs(r) > mx) return std::copysign(std::numeric_limits<double>::infinity(), x);
+  if (std::fabs(r) > mx) return std::copysign(pl::is_float8(t) ? mx : std::numeric_limits<double>::infinity(), x);
   if (r == 0.0) return std::copysign(0.0, x);
   return r;
 }

@@ -11,7 +11,8 @@
 namespace pallas::dlpack {
 
 enum DeviceType : int32_t { kCPU = 1, kCUDA = 2, kCUDAHost = 3, kCUDAManaged = 13 };
-enum TypeCode : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kBool = 6 };
+// DLPack 1.1's codes; the 8-bit floats are float8_e4m3fn and float8_e5m2.
+enum TypeCode : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kBool = 6, kFloat8_e4m3fn = 10, kFloat8_e5m2 = 12 };
 
 struct Device {
   int32_t device_type;  // DeviceType

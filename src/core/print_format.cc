@@ -40,6 +40,8 @@ uint64_t print_slot(DType t, const void* p) {
   switch (t) {
     case DType::F16: return bits(half_to_double(load<uint16_t>(p)));
     case DType::BF16: return bits(bf16_to_double(load<uint16_t>(p)));
+    case DType::F8E4M3: return bits(f8e4m3_to_float(load<uint8_t>(p)));
+    case DType::F8E5M2: return bits(f8e5m2_to_float(load<uint8_t>(p)));
     case DType::F32: return bits(load<float>(p));
     case DType::F64: return bits(load<double>(p));
     case DType::Bool: return load<bool>(p) ? 1 : 0;

@@ -22,7 +22,7 @@ void register_dot() {
                       "); a and b must have the same element type: convert one with .astype(pl::" + dtype_name(a.dtype) +
                       ") or .astype(pl::" + dtype_name(b.dtype) + ")");
     if (is_unsigned_int(a.dtype) || a.dtype == DType::Bool || a.dtype == DType::I16 || a.dtype == DType::I64)
-      fail("dot", std::string("takes f16, bf16, f32, f64 or i8/i32 operands, got ") + dtype_name(a.dtype) +
+      fail("dot", std::string("takes f16, bf16, f32, f64, f8e4m3, f8e5m2 or i8/i32 operands, got ") + dtype_name(a.dtype) +
                       " (unsigned integers are not supported: the tensor cores read integers as signed)");
     bool ta = p.get_bool("trans_a"), tb = p.get_bool("trans_b");
     int64_t m = ta ? a.shape[1] : a.shape[0], ka = ta ? a.shape[0] : a.shape[1];

@@ -208,13 +208,12 @@ struct Num {  // how a storage type is read and written as a number
 
 template <class T>
 double to_double(T v) {
-  if constexpr (std::is_same_v<T, f16_t>) return f16_to_float(v.bits);
-  else if constexpr (std::is_same_v<T, bf16_t>) return bf16_to_float(v.bits);
+  if constexpr (is_packed_float_v<T>) return packed_to_float(v);
   else return static_cast<double>(v);
 }
 
 // double -> float rounding to odd: truncate toward zero and set the last bit when inexact.
-// A later round-to-nearest to a format of at most 22 significant bits (f16, bf16) then rounds
+// A later round-to-nearest to a format of at most 22 significant bits (f16, bf16, f8) then rounds
 // as if directly from the double, with no double rounding.
 float to_float_odd(double d) {
   float f = static_cast<float>(d);
@@ -229,17 +228,13 @@ float to_float_odd(double d) {
 
 template <class To, class From>
 To convert_one(From v) {
-  constexpr bool from_float = std::is_floating_point_v<From> || std::is_same_v<From, f16_t> || std::is_same_v<From, bf16_t>;
+  constexpr bool from_float = std::is_floating_point_v<From> || is_packed_float_v<From>;
   if constexpr (std::is_same_v<To, bool>) {
     return to_double(v) != 0.0;
-  } else if constexpr (std::is_same_v<To, f16_t>) {
-    if constexpr (std::is_same_v<From, f16_t>) return v;
-    else if constexpr (std::is_same_v<From, double>) return f16_t{float_to_f16(to_float_odd(v))};
-    else return f16_t{float_to_f16(static_cast<float>(to_double(v)))};
-  } else if constexpr (std::is_same_v<To, bf16_t>) {
-    if constexpr (std::is_same_v<From, bf16_t>) return v;
-    else if constexpr (std::is_same_v<From, double>) return bf16_t{float_to_bf16(to_float_odd(v))};
-    else return bf16_t{float_to_bf16(static_cast<float>(to_double(v)))};
+  } else if constexpr (is_packed_float_v<To>) {
+    if constexpr (std::is_same_v<From, To>) return v;
+    else if constexpr (std::is_same_v<From, double>) return float_to_packed<To>(to_float_odd(v));
+    else return float_to_packed<To>(static_cast<float>(to_double(v)));
   } else if constexpr (std::is_floating_point_v<To>) {
     if constexpr (std::is_integral_v<From>) return static_cast<To>(v);
     else return static_cast<To>(to_double(v));

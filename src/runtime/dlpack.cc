@@ -24,6 +24,8 @@ DataType to_dl(DType t) {
     case DType::U8: case DType::U16: case DType::U32: case DType::U64: return {kUInt, bits, 1};
     case DType::F16: case DType::F32: case DType::F64: return {kFloat, bits, 1};
     case DType::BF16: return {kBfloat, 16, 1};
+    case DType::F8E4M3: return {kFloat8_e4m3fn, 8, 1};
+    case DType::F8E5M2: return {kFloat8_e5m2, 8, 1};
   }
   throw Error("to_dlpack: unknown dtype");
 }
@@ -45,6 +47,8 @@ DType from_dl(DataType d) {
     case kUInt: return pick({{1, DType::Bool}, {8, DType::U8}, {16, DType::U16}, {32, DType::U32}, {64, DType::U64}});
     case kFloat: return pick({{16, DType::F16}, {32, DType::F32}, {64, DType::F64}});
     case kBfloat: return pick({{16, DType::BF16}});
+    case kFloat8_e4m3fn: return pick({{8, DType::F8E4M3}});
+    case kFloat8_e5m2: return pick({{8, DType::F8E5M2}});
     default: throw Error("from_dlpack: unsupported dtype (" + dl_text(d) + ")");
   }
 }

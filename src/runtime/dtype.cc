@@ -1,9 +1,12 @@
 // Dtype properties, JAX's promotion lattice, 16-bit float conversions.
 #include <array>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <vector>
 
 #include "pallas/dtype.h"
+#include "pallas/error.h"
 
 namespace pallas {
 
@@ -28,7 +31,8 @@ size_t itemsize(DType t) {
 }
 
 int bit_width(DType t) { return t == DType::Bool ? 1 : static_cast<int>(itemsize(t) * 8); }
-bool is_float(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64; }
+bool is_float8(DType t) { return t == DType::F8E4M3 || t == DType::F8E5M2; }
+bool is_float(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32 || t == DType::F64 || is_float8(t); }
 bool is_signed_int(DType t) { return t == DType::I8 || t == DType::I16 || t == DType::I32 || t == DType::I64; }
 bool is_unsigned_int(DType t) { return t == DType::U8 || t == DType::U16 || t == DType::U32 || t == DType::U64; }
 bool is_integer(DType t) { return is_signed_int(t) || is_unsigned_int(t); }
@@ -57,6 +61,8 @@ std::array<std::vector<int>, kNodes> edges() {
   add(node(DType::I64), kWeakFloat);
   add(kWeakFloat, node(DType::BF16));
   add(kWeakFloat, node(DType::F16));
+  add(kWeakFloat, node(DType::F8E4M3));  // the 8-bit floats: no edge upward
+  add(kWeakFloat, node(DType::F8E5M2));
   add(node(DType::BF16), node(DType::F32));
   add(node(DType::F16), node(DType::F32));
   add(node(DType::F32), node(DType::F64));
@@ -102,7 +108,9 @@ PromotedType promote_types(DType a, bool a_weak, DType b, bool b_weak) {
       }
       return {static_cast<DType>(n), false};
     }
-  return {DType::F64, false};  // unreachable: f64 bounds everything
+  // no common upper bound: an 8-bit float met another float (or another 8-bit float)
+  throw Error(std::string("no implicit promotion between ") + dtype_name(a) + " and " + dtype_name(b) +
+              ": the 8-bit floats promote only with themselves; convert one operand explicitly (pl::convert)");
 }
 
 float f16_to_float(uint16_t h) {
@@ -171,5 +179,64 @@ uint16_t float_to_bf16(float f) {
   x += 0x7fffu + lsb;
   return static_cast<uint16_t>(x >> 16);
 }
+
+namespace {
+// An 8-bit float with E exponent bits, M mantissa bits and bias B; max_bits is the largest
+// finite encoding (sign clear).
+template <int E, int M, int B>
+uint8_t float_to_f8(float f, uint8_t max_bits) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return 0x7f;              // NaN
+  if (absx >= 0x7f800000u) return sign | max_bits;  // inf saturates
+  int e = static_cast<int>(absx >> 23) - 127;
+  uint32_t m = absx & 0x7fffffu;
+  uint32_t q;
+  if (e >= 1 - B) {  // normal in the 8-bit format
+    if (e > (1 << E) - B) return sign | max_bits;  // far past the largest finite value
+    q = static_cast<uint32_t>(e + B) << M | m >> (23 - M);
+    uint32_t rem = m & ((1u << (23 - M)) - 1), half = 1u << (22 - M);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  } else {  // subnormal (or zero) in the 8-bit format: units of 2^(1-B-M)
+    if ((absx >> 23) == 0) return sign;  // f32 subnormals are far below the smallest f8
+    m |= 0x800000u;
+    int shift = (1 - B - M) - (e - 23);  // value = m * 2^(e-23) = (m >> shift) units
+    if (shift > 25) return sign;
+    q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  }
+  if (q > max_bits) q = max_bits;  // rounding passed the largest finite value
+  return static_cast<uint8_t>(sign | q);
+}
+
+template <int E, int M, int B>
+float f8_to_float(uint8_t b, bool has_inf) {
+  uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
+  uint32_t exp = (b >> M) & ((1u << E) - 1), man = b & ((1u << M) - 1);
+  float r;
+  if (has_inf && exp == (1u << E) - 1) {
+    r = man ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  } else if (!has_inf && (b & 0x7f) == 0x7f) {
+    r = std::numeric_limits<float>::quiet_NaN();
+  } else if (exp == 0) {
+    r = std::ldexp(static_cast<float>(man), 1 - B - M);
+  } else {
+    r = std::ldexp(static_cast<float>(man | (1u << M)), static_cast<int>(exp) - B - M);
+  }
+  uint32_t bits;
+  std::memcpy(&bits, &r, 4);
+  bits |= sign;
+  std::memcpy(&r, &bits, 4);
+  return r;
+}
+}  // namespace
+
+float f8e4m3_to_float(uint8_t b) { return f8_to_float<4, 3, 7>(b, false); }
+uint8_t float_to_f8e4m3(float f) { return float_to_f8<4, 3, 7>(f, 0x7e); }
+float f8e5m2_to_float(uint8_t b) { return f8_to_float<5, 2, 15>(b, true); }
+uint8_t float_to_f8e5m2(float f) { return float_to_f8<5, 2, 15>(f, 0x7b); }
 
 }  // namespace pallas

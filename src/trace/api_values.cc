@@ -337,11 +337,14 @@ Value zeros_like(const Value& x, SourceLocation loc) { return full_like(x, 0.0, 
 
 // ---- dot ----
 Value dot(const Value& a, const Value& b, DotOptions o, SourceLocation loc) { trace::Here here(loc);
-  // Weight-only quantised operands: an i8 operand with a float one is converted to the float's
-  // dtype as it enters the dot (exact: every i8 value is an f16, bf16, f32 and f64). Other
-  // mixed operands stay an error of the dot rule (a silent f32 x f16 is more often a bug).
-  if (a.dtype() != b.dtype() && (a.dtype() == DType::I8 || b.dtype() == DType::I8) && (is_float(a.dtype()) || is_float(b.dtype()))) {
-    DType t = is_float(a.dtype()) ? a.dtype() : b.dtype();
+  // Weight-only quantised operands: an i8 or 8-bit float operand with a wider float one is
+  // converted to the wider float's dtype as it enters the dot (exact: every i8, f8e4m3 and
+  // f8e5m2 value is an f16, bf16, f32 and f64). Other mixed operands stay an error of the dot
+  // rule (a silent f32 x f16 is more often a bug; e4m3 x e5m2 has no exact common 8-bit type).
+  auto narrow = [](DType t) { return t == DType::I8 || is_float8(t); };
+  auto wide_float = [](DType t) { return is_float(t) && !is_float8(t); };
+  if (a.dtype() != b.dtype() && ((narrow(a.dtype()) && wide_float(b.dtype())) || (narrow(b.dtype()) && wide_float(a.dtype())))) {
+    DType t = wide_float(a.dtype()) ? a.dtype() : b.dtype();
     return dot(a.dtype() == t ? a : a.astype(t), b.dtype() == t ? b : b.astype(t), o, loc);
   }
   ir::Params p;

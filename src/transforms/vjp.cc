@@ -48,7 +48,7 @@ namespace {
 }
 
 // Where 16-bit floats' cotangents are summed: f32.
-DType acc_dtype(DType t) { return t == DType::F16 || t == DType::BF16 ? DType::F32 : t; }
+DType acc_dtype(DType t) { return t == DType::F16 || t == DType::BF16 || is_float8(t) ? DType::F32 : t; }
 
 // A sum of cotangents, in f32 for 16-bit floats (a broadcast over hundreds of elements summed
 // in f16 loses a tenth of its value; found by the fuzzer's transpose check).

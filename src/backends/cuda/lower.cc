@@ -31,6 +31,8 @@ std::string ctype(DType t) {
     case DType::BF16: return "bf16";
     case DType::F32: return "float";
     case DType::F64: return "double";
+    case DType::F8E4M3: return "f8e4m3";
+    case DType::F8E5M2: return "f8e5m2";
   }
   return "?";
 }
@@ -39,7 +41,7 @@ std::vector<int64_t> row_major_strides(const Shape& s) {
   for (int d = static_cast<int>(s.size()) - 2; d >= 0; --d) st[d] = st[d + 1] * s[d + 1];
   return st;
 }
-std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 ? "float" : ctype(t); }
+std::string compute_type(DType t) { return t == DType::F16 || t == DType::BF16 || is_float8(t) ? "float" : ctype(t); }
 
 // Loops over a thread's slots are unrolled, so its values stay in registers (every index a
 // constant) — up to 256 slots: past the 255 registers a thread has, a value lives in local

@@ -13,24 +13,69 @@ typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32; 
 template <class A, class B> constexpr bool same_v = false;
 template <class A> constexpr bool same_v<A, A> = true;
 struct f16 { u16 b; }; struct bf16 { u16 b; };
+// The 8-bit floats (OCP FP8: e4m3 "fn", e5m2), stored as their bits like the 16-bit floats.
+struct f8e4m3 { u8 b; }; struct f8e5m2 { u8 b; };
+// The float formats kept as bit patterns and computed in float.
+template <class T> constexpr bool pk_v = same_v<T, f16> || same_v<T, bf16> || same_v<T, f8e4m3> || same_v<T, f8e5m2>;
 template <class T> struct CT { typedef T t; };
 // Whether a compute type is floating (bool is not: C(0.5) != C(0) holds for bool too).
 template <class C> constexpr bool isf_v = same_v<C, float> || same_v<C, double>;
 template <> struct CT<f16> { typedef float t; };
 template <> struct CT<bf16> { typedef float t; };
+template <> struct CT<f8e4m3> { typedef float t; };
+template <> struct CT<f8e5m2> { typedef float t; };
 __device__ __forceinline__ float tof(f16 x) { float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x.b)); return r; }
 __device__ __forceinline__ float tof(bf16 x) { return __int_as_float(((u32)x.b) << 16); }
+// 8-bit floats widen exactly through f16: e5m2 is f16's top byte; e4m3's bits placed in f16's
+// exponent and mantissa read 2^8 too small (bias 7 against 15), and 0x7f/0xff are its NaNs.
+__device__ __forceinline__ float tof(f8e5m2 x) { return tof(f16{(u16)((u16)x.b << 8)}); }
+__device__ __forceinline__ float tof(f8e4m3 x) {
+  if ((x.b & 0x7f) == 0x7f) return __int_as_float(0x7fc00000);
+  return tof(f16{(u16)(((u16)(x.b & 0x80) << 8) | ((u16)(x.b & 0x7f) << 7))}) * 256.f;
+}
 template <class T> __device__ __forceinline__ typename CT<T>::t ld(T x) { return x; }
 template <> __device__ __forceinline__ float ld<f16>(f16 x) { return tof(x); }
 template <> __device__ __forceinline__ float ld<bf16>(bf16 x) { return tof(x); }
+template <> __device__ __forceinline__ float ld<f8e4m3>(f8e4m3 x) { return tof(x); }
+template <> __device__ __forceinline__ float ld<f8e5m2>(f8e5m2 x) { return tof(x); }
 // Two 16-bit values in one register, the first in the low half (MMA operand fragments).
 template <class T> __device__ __forceinline__ u32 pk2(T lo, T hi) { return (u32)lo.b | ((u32)hi.b << 16); }
 // cv<To>(x): convert a compute value to storage type To (float->int saturates, NaN -> 0).
 template <class T> __device__ __forceinline__ T lim_lo() { return T(-1) < T(0) ? (T)(1ull << (sizeof(T) * 8 - 1)) : T(0); }
 template <class To, class C> __device__ __forceinline__ To cv(C x);
+// double -> float rounding to odd (toward zero, last bit set when inexact): a later
+// round-to-nearest to a format of at most 22 significant bits then rounds as if directly from
+// the double (the interpreter's conversions do the same).
+__device__ __forceinline__ float f_odd(double x) {
+  float f = __double2float_rz(x);
+  if ((double)f != x && f == f) f = __int_as_float(__float_as_int(f) | 1);
+  return f;
+}
+// float -> 8-bit float: round to nearest even, saturate to the largest finite value (+-inf too),
+// NaN -> 0x7f: PTX's cvt.rn.satfinite on sm_89 and later, the same rule in software before.
+template <int E, int M, int B> __device__ __forceinline__ u8 f8_bits(float f, u8 max_bits) {
+  u32 x = __float_as_uint(f), absx = x & 0x7fffffffu; u8 sign = (u8)((x >> 24) & 0x80u);
+  if (absx > 0x7f800000u) return 0x7f;
+  if (absx >= 0x7f800000u) return sign | max_bits;
+  int e = (int)(absx >> 23) - 127; u32 m = absx & 0x7fffffu, q;
+  if (e >= 1 - B) {
+    if (e > (1 << E) - B) return sign | max_bits;
+    q = ((u32)(e + B) << M) | (m >> (23 - M));
+    u32 rem = m & ((1u << (23 - M)) - 1), half = 1u << (22 - M);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  } else {
+    if ((absx >> 23) == 0) return sign;
+    m |= 0x800000u; int sh = (1 - B - M) - (e - 23);
+    if (sh > 25) return sign;
+    q = m >> sh; u32 rem = m & ((1u << sh) - 1), half = 1u << (sh - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+  }
+  return (u8)(sign | (q > max_bits ? max_bits : q));
+}
 template <class To, class C> __device__ __forceinline__ To cv(C x) {
-  if constexpr (same_v<To, f16> || same_v<To, bf16>) {
-    return cv<To, float>((float)x);
+  if constexpr (pk_v<To>) {
+    if constexpr (same_v<C, double>) return cv<To, float>(f_odd(x));
+    else return cv<To, float>((float)x);
   } else if constexpr (isf_v<C> && To(0.5) == To(0) && !same_v<To, bool>) {
     if (x != x) return To(0);
     if (x <= (C)lim_lo<To>()) return lim_lo<To>();
@@ -43,17 +88,34 @@ template <class To, class C> __device__ __forceinline__ To cv(C x) {
 template <> __device__ __forceinline__ f16 cv<f16, float>(float x) { f16 r; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.b) : "f"(x)); return r; }
 template <> __device__ __forceinline__ bf16 cv<bf16, float>(float x) { bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.b) : "f"(x)); return r; }
 template <> __device__ __forceinline__ f16 cv<f16, double>(double x) { f16 r; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(r.b) : "d"(x)); return r; }
-template <> __device__ __forceinline__ bf16 cv<bf16, double>(double x) { return cv<bf16, float>((float)x); }
+template <> __device__ __forceinline__ bf16 cv<bf16, double>(double x) { return cv<bf16, float>(f_odd(x)); }
+template <> __device__ __forceinline__ f8e4m3 cv<f8e4m3, float>(float x) {
+#if __CUDA_ARCH__ >= 890
+  u16 r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+  return f8e4m3{(u8)((x != x) ? 0x7f : (r & 0xff))};
+#else
+  return f8e4m3{f8_bits<4, 3, 7>(x, 0x7e)};
+#endif
+}
+template <> __device__ __forceinline__ f8e5m2 cv<f8e5m2, float>(float x) {
+#if __CUDA_ARCH__ >= 890
+  u16 r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+  return f8e5m2{(u8)((x != x) ? 0x7f : (r & 0xff))};
+#else
+  return f8e5m2{f8_bits<5, 2, 15>(x, 0x7b)};
+#endif
+}
 template <class To, class From> __device__ __forceinline__ To conv(From x) {
   if constexpr (same_v<To, bool>) return ld(x) != 0; else return cv<To>(ld(x));
 }
-// nextafter in storage format S (16-bit floats step in their own format, not float's).
+// nextafter in storage format S (16- and 8-bit floats step in their own format, not float's).
 template <class S, class C> __device__ __forceinline__ C p_nextafter(C a, C b) {
-  if constexpr (same_v<S, f16> || same_v<S, bf16>) {
+  if constexpr (pk_v<S>) {
+    typedef decltype(S::b) W;
     if (a != a || b != b) return (C)__int_as_float(0x7fc00000);
     if (a == b) return b;
-    u16 bits = cv<S>(a).b;
-    if (a == 0) bits = b > 0 ? 1 : 0x8001;
+    W bits = cv<S>(a).b;
+    if (a == 0) bits = (W)(b > 0 ? 1 : (1 | (1u << (sizeof(W) * 8 - 1))));
     else if ((a < b) == (a > 0)) ++bits;
     else --bits;
     return (C)tof(S{bits});
@@ -76,7 +138,7 @@ template <class T, int W> struct alignas(sizeof(T) * W) Vec { T v[W]; };
 // rms norm; even a uint4 built from the words became four st.u32), so the store is one generic
 // st.v4/v2 of words. Vecs of 4- and 8-byte elements are stored as they are (already whole).
 template <class T> __device__ __forceinline__ u32 word_bits(T x) {
-  if constexpr (same_v<T, f16> || same_v<T, bf16>) return x.b;
+  if constexpr (pk_v<T>) return x.b;
   else if constexpr (sizeof(T) == 1) return (u32)(unsigned char)x;
   else return (u32)(u16)x;
 }
@@ -101,6 +163,8 @@ template <class T> __device__ __forceinline__ T poison() {
   else if constexpr (same_v<T, double>) return __longlong_as_double(0x7ff8000000000000ll);
   else if constexpr (same_v<T, f16>) return f16{0x7e00};
   else if constexpr (same_v<T, bf16>) return bf16{0x7fc0};
+  else if constexpr (same_v<T, f8e4m3>) return f8e4m3{0x7f};
+  else if constexpr (same_v<T, f8e5m2>) return f8e5m2{0x7f};
   else if constexpr (same_v<T, bool>) return true;
   else if constexpr (T(-1) < T(0)) return (T)(1ull << (sizeof(T) * 8 - 1));
   else return (T)~0ull;

@@ -3,7 +3,8 @@
 //    tiles — from the loop pipeliner's stage buffers, a resident tile, or written here from
 //    registers — or A from registers when it is held in a compatible accumulator layout;
 //  - mma.sync (sm_80 and later, and small dots): bf16/f16 (m16n8k16), f32 rounded to tf32 as
-//    the interpreter rounds it (m16n8k8), i8 (m16n8k32, exact), from K-contiguous shared tiles
+//    the interpreter rounds it (m16n8k8), i8 (m16n8k32, exact), f8e4m3/f8e5m2 (m16n8k32, sm_89
+//    and later; wgmma's e4m3/e5m2 kinds, K-major like i8), from K-contiguous shared tiles
 //    with a padded row stride (mma_tiles: one conflict-free 32-bit load per register);
 //  - SIMT otherwise (f64, other integers, Precision::Highest f32): a rolled K loop per element.
 // The result stays in its accumulator fragments, the Mma value layout (value_layout.h); a
@@ -251,7 +252,8 @@ void wgmma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, 
       written(1) != (plan.b == DotPlan::Operand::Written))
     throw Error(E.what + ": CUDA lowering: a wgmma dot's operands are not where the dot-operands pass planned them (an internal error; run with "
                          "interpret = true meanwhile)");
-  std::string n = std::to_string(8 * q.NS), ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : "s8";
+  std::string n = std::to_string(8 * q.NS);
+  std::string ab = t == DType::BF16 ? "bf16" : t == DType::F16 ? "f16" : t == DType::F32 ? "tf32" : t == DType::F8E4M3 ? "e4m3" : t == DType::F8E5M2 ? "e5m2" : "s8";
   std::string instr = "wgmma.mma_async.sync.aligned.m64n" + n + "k" + std::to_string(m.k) + (t == DType::I8 ? ".s32" : ".f32") + "." + ab + "." + ab;
   int64_t regs = 4 * q.NS;
   std::string list, outs;

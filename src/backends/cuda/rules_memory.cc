@@ -368,7 +368,9 @@ std::string atomic_add_expr(DType t, const std::string& addr, const std::string&
     case DType::U8:
     case DType::U16:
     case DType::F16:
-    case DType::BF16: return "atom_rmw<" + ctype(t) + ">(0, &" + addr + ", " + value + ")";
+    case DType::BF16:
+    case DType::F8E4M3:
+    case DType::F8E5M2: return "atom_rmw<" + ctype(t) + ">(0, &" + addr + ", " + value + ")";
   }
   throw Error(std::string("atomic add: unknown dtype ") + std::to_string(static_cast<int>(t)));
 }

@@ -205,6 +205,8 @@ void poison_fill(const Array& a, const std::string& what) {
   switch (a.dtype()) {
     case DType::F16: bits = 0x7e00; break;
     case DType::BF16: bits = 0x7fc0; break;
+    case DType::F8E4M3:
+    case DType::F8E5M2: bits = 0x7f; break;
     case DType::F32: bits = 0x7fc00000u; break;
     case DType::F64: bits = 0x7ff8000000000000ull; break;
     case DType::Bool: bits = 1; break;

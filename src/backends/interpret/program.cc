@@ -81,6 +81,7 @@ void fill_poison(DType t, void* p, int64_t n) {
     T v{};
     if constexpr (std::is_same_v<T, f16_t>) v = f16_t{0x7e00};
     else if constexpr (std::is_same_v<T, bf16_t>) v = bf16_t{0x7fc0};
+    else if constexpr (std::is_same_v<T, f8e4m3_t> || std::is_same_v<T, f8e5m2_t>) v = T{0x7f};
     else if constexpr (std::is_floating_point_v<T>) v = std::numeric_limits<T>::quiet_NaN();
     else if constexpr (std::is_same_v<T, bool>) v = true;
     else if constexpr (std::is_signed_v<T>) v = std::numeric_limits<T>::min();  // as Pallas: int min
@@ -145,7 +146,7 @@ bool writes_refs(const ir::Eqn& e) {
 bool float_dot(const ir::Eqn& e) {
   if (e.prim->id != ir::PrimId::dot || e.out[0].aval.dtype != DType::F32) return false;
   DType t = ir::atom_aval(e.in[0]).dtype;
-  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || is_float8(t);
 }
 }  // namespace
 

@@ -41,7 +41,7 @@ Acc* pack_rowmajor(const Val& x, bool trans, Ctx& ctx, int64_t* rows, int64_t* c
     for (int64_t i = 0; i < o.rows; ++i)
       for (int64_t j = 0; j < o.cols; ++j) {
         T e = p[i * o.rs + j * o.cs];
-        if constexpr (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>) out[i * o.cols + j] = static_cast<Acc>(Elem<T>::get(e));
+        if constexpr (is_packed_float_v<T>) out[i * o.cols + j] = static_cast<Acc>(Elem<T>::get(e));
         else if constexpr (std::is_same_v<T, bool>) out[i * o.cols + j] = static_cast<Acc>(e ? 1 : 0);
         else out[i * o.cols + j] = static_cast<Acc>(e);
       }

@@ -265,13 +265,17 @@ struct OpShrArith {
 CMP(OpEq, ==) CMP(OpNe, !=) CMP(OpLt, <) CMP(OpLe, <=) CMP(OpGt, >) CMP(OpGe, >=)
 #undef CMP
 
-uint16_t next16(uint16_t a, uint16_t b, bool bf) {
-  float fa = bf ? bf16_to_float(a) : f16_to_float(a), fb = bf ? bf16_to_float(b) : f16_to_float(b);
-  if (std::isnan(fa) || std::isnan(fb)) return bf ? 0x7fc0 : 0x7e00;
+// nextafter in a packed float format (f16, bf16, f8): steps in its own format, not float's.
+template <class T>
+T next_packed(T a, T b) {
+  using B = decltype(a.bits);
+  float fa = packed_to_float(a), fb = packed_to_float(b);
+  if (std::isnan(fa) || std::isnan(fb)) return float_to_packed<T>(std::numeric_limits<float>::quiet_NaN());
   if (fa == fb) return b;
-  if (fa == 0) return static_cast<uint16_t>((fb > 0 ? 0 : 0x8000) | 1);
+  constexpr B sign_bit = static_cast<B>(B(1) << (sizeof(B) * 8 - 1));
+  if (fa == 0) return T{static_cast<B>((fb > 0 ? 0 : sign_bit) | 1)};
   bool up = (fa < fb) == (fa > 0);
-  return static_cast<uint16_t>(up ? a + 1 : a - 1);
+  return T{static_cast<B>(up ? a.bits + 1 : a.bits - 1)};
 }
 
 [[noreturn]] void bad_dtype(const Instr& ins, DType t) {
@@ -343,9 +347,8 @@ void binary_rule(const Instr& ins, Val* env, Ctx& ctx) {
       if constexpr (kCompare) {
         loop2(a.as<T>(), b.as<T>(), o.as<bool>(), n, sa, sb,
               [](T x, T y) { return Op::template f<C>(E::get(x), E::get(y)); });
-      } else if constexpr (std::is_same_v<Op, OpNextafter> && (std::is_same_v<T, f16_t> || std::is_same_v<T, bf16_t>)) {
-        loop2(a.as<T>(), b.as<T>(), o.as<T>(), n, sa, sb,
-              [](T x, T y) { return T{next16(x.bits, y.bits, std::is_same_v<T, bf16_t>)}; });
+      } else if constexpr (std::is_same_v<Op, OpNextafter> && is_packed_float_v<T>) {
+        loop2(a.as<T>(), b.as<T>(), o.as<T>(), n, sa, sb, [](T x, T y) { return next_packed(x, y); });
       } else if constexpr (std::is_same_v<T, C>) {
         loop2(a.as<T>(), b.as<T>(), o.as<T>(), n, sa, sb, [](C x, C y) { return Op::template f<C>(x, y); });
       } else {

@@ -179,17 +179,12 @@ struct Elem {
   static C get(T v) { return v; }
   static T put(C v) { return v; }
 };
-template <>
-struct Elem<f16_t> {
+template <class T>
+  requires is_packed_float_v<T>
+struct Elem<T> {
   using C = float;
-  static C get(f16_t v) { return f16_to_float(v.bits); }
-  static f16_t put(C v) { return f16_t{float_to_f16(v)}; }
-};
-template <>
-struct Elem<bf16_t> {
-  using C = float;
-  static C get(bf16_t v) { return bf16_to_float(v.bits); }
-  static bf16_t put(C v) { return bf16_t{float_to_bf16(v)}; }
+  static C get(T v) { return packed_to_float(v); }
+  static T put(C v) { return float_to_packed<T>(v); }
 };
 
 // Invoke f.template operator()<T>() for the storage type T of dtype t.

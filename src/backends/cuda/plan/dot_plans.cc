@@ -4,7 +4,8 @@
 //    256 columns per warpgroup;
 //  - mma.sync (sm_80 and later, and small dots: less padding), tiles of 16 rows by up to 32
 //    columns per warp;
-//  - SIMT otherwise (f64, other integers, Precision::Highest f32, threads not whole warps).
+//  - SIMT otherwise (f64, other integers, Precision::Highest f32, 8-bit floats before sm_89,
+//    threads not whole warps).
 #include <algorithm>
 #include <sstream>
 
@@ -12,16 +13,20 @@
 
 namespace pallas::cuda {
 
-const MmaKind* mma_kind(DType t, bool highest) {
+const MmaKind* mma_kind(DType t, bool highest, bool fp8) {
   static const MmaKind bf16{"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", 16, 2, "float"};
   static const MmaKind f16{"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", 16, 2, "float"};
   static const MmaKind tf32{"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", 8, 1, "float"};
   static const MmaKind s8{"mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32", 32, 4, "i32"};
+  static const MmaKind e4m3{"mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", 32, 4, "float"};
+  static const MmaKind e5m2{"mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32", 32, 4, "float"};
   switch (t) {
     case DType::BF16: return &bf16;
     case DType::F16: return &f16;
     case DType::F32: return highest ? nullptr : &tf32;
     case DType::I8: return &s8;
+    case DType::F8E4M3: return fp8 ? &e4m3 : nullptr;
+    case DType::F8E5M2: return fp8 ? &e5m2 : nullptr;
     default: return nullptr;
   }
 }
@@ -59,10 +64,11 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
   d.N = o.aval.shape[1];
   d.K = d.ta ? a.shape[0] : a.shape[1];
   int prec = e.params.has("precision") ? static_cast<int>(e.params.get_int("precision")) : 0;
-  d.mma = P.threads % 32 == 0 ? mma_kind(a.dtype, prec == 2) : nullptr;
+  d.mma = P.threads % 32 == 0 ? mma_kind(a.dtype, prec == 2, P.fp8_mma) : nullptr;
   if (!d.mma) {
     d.why = P.threads % 32          ? "threads are not whole warps"
             : a.dtype == DType::F32 ? "Precision::Highest f32 (tf32 would round it)"
+            : is_float8(a.dtype)    ? "no 8-bit float tensor cores on " + (P.target.arch.empty() ? std::string("this target") : P.target.arch)
                                     : std::string("no tensor-core instruction for ") + dtype_name(a.dtype);
     return d;
   }

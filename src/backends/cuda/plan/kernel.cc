@@ -1,5 +1,6 @@
 // The first pass: what the whole kernel is — its symbol, its threads and stages, the target's
 // features the later passes may use.
+#include <cstdlib>
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -53,6 +54,7 @@ void plan_target(const core::PallasCall& call, KernelPlan& P) {
   if (P.max_stages > 0) P.stages = std::min(P.stages, P.max_stages);
   P.wgmma = P.target.arch == "sm_90a";
   P.tma = P.wgmma && P.target.tensor_maps && P.target.aligned && !P.target.no_tma;
+  P.fp8_mma = P.target.arch.rfind("sm_", 0) == 0 && std::atoi(P.target.arch.c_str() + 3) >= 89;
   P.checks = call.debug;
   // sm_90: 227 KiB; sm_80: 163 KiB; any other (sm_86, sm_89, "any sm_80+"): 99 KiB.
   const std::string& a = P.target.arch;

@@ -60,8 +60,8 @@ struct MmaKind {
   const char* acc;    // accumulator type
 };
 // The instruction for a dot of this input dtype and precision, if any (Precision::Highest
-// f32 has none: tf32 would round it).
-const MmaKind* mma_kind(DType t, bool highest);
+// f32 has none: tf32 would round it; the 8-bit floats need fp8 tensor cores, sm_89 and later).
+const MmaKind* mma_kind(DType t, bool highest, bool fp8);
 
 // How one dot runs (the dot-kinds pass, dot_plans.cc).
 struct DotPlan {
@@ -122,6 +122,7 @@ struct KernelPlan {
   int stages = 3;         // compiler_params.num_stages (0: 3, as Triton)
   bool wgmma = false;     // the target has wgmma (sm_90a): dots of 64+ rows use it
   bool tma = false;       // TMA tensor copies are allowed (sm_90a, the launcher encodes maps, aligned arrays)
+  bool fp8_mma = false;   // the tensor cores take 8-bit floats (sm_89 and later)
   bool checks = false;    // pl::check outside checkify (debug = true)
   size_t smem_limit = 0;  // dynamic shared memory a CUDA block may take on the target
   // What each shared-memory user may take, decided once here (plan/kernel.cc) until one
