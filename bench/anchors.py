@@ -456,14 +456,43 @@ def decode_anchors():
             emit(workload=pname, impl="jax pallas paged_attention", error=str(e)[:200])
 
 
+def fp8_anchors():
+    """torch._scaled_mm (cuBLAS fp8, e4m3 x e4m3 -> bf16) at 4096^3 and 8192^3, tensorwise and
+    rowwise scales, beside torch's bf16 matmul of the same size; and bf16 x bf16 at decode-like
+    shapes (M 16/64, 8192 x 8192), the weight-only quantised rows' baseline."""
+    import torch
+    for n in (4096, 8192):
+        name = f"fp8 e4m3 scaled matmul {n}^3 -> bf16"
+        try:
+            a = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)
+            b = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn)  # [N, K]; _scaled_mm takes b.t()
+            flops = 2.0 * n * n * n
+            for label, sa, sb in (("tensorwise", torch.tensor(1.0, device="cuda"), torch.tensor(1.0, device="cuda")),
+                                  ("rowwise", torch.rand(n, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5)):
+                try:
+                    ms = torch_time(lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16))
+                    emit(workload=name, impl=f"torch._scaled_mm {label} (cuBLAS)", ms=ms, tflops=flops / ms / 1e9)
+                except Exception as e:  # noqa: BLE001
+                    emit(workload=name, impl=f"torch._scaled_mm {label}", error=str(e)[:200])
+            x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            y = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+            ms = torch_time(lambda: x @ y)
+            emit(workload=name, impl="torch bf16 matmul (cuBLAS), same size", ms=ms, tflops=flops / ms / 1e9)
+            del a, b, x, y
+            torch.cuda.empty_cache()
+        except Exception as e:  # noqa: BLE001
+            emit(workload=name, impl="torch", error=str(e)[:200])
+
+
 if __name__ == "__main__":
     # `attention` alone: torch's (cuDNN, FA2) and JAX Pallas' attention rows only; `backward`: the
-    # backward rows (attention, norms, softmax), `decode` the decode and paged attention rows; not in the default set
+    # backward rows (attention, norms, softmax), `decode` the decode and paged attention rows, `fp8`
+    # torch._scaled_mm; not in the default set
     which = sys.argv[1:] or ["torch", "triton", "jax"]
     for name, fn in (("torch", torch_anchors), ("triton", triton_anchors), ("jax", jax_pallas_anchors),
                      ("attention", lambda: (torch_attention_anchors(), jax_attention_anchors())),
                      ("backward", lambda: (torch_backward_anchors(), jax_backward_anchors())),
-                     ("decode", decode_anchors)):
+                     ("decode", decode_anchors), ("fp8", fp8_anchors)):
         if name in which:
             try:
                 fn()

@@ -37,7 +37,7 @@ static double now_ms() {
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
 // library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages; normsweep:
 // the norms' alone), decode (decode and paged attention), grouped (the grouped matmul), quant (bf16 x i8
-// weights).
+// and x f8e4m3 weights), fp8 (scaled matmul of 8-bit floats).
 // Unset: all.
 static bool section(const char* name) {
   const char* only = std::getenv("CUDA_BENCH_ONLY");
@@ -758,18 +758,66 @@ int main() {
                           pl::BlockSpec({K, bn}, [](pl::Value j) { return pl::idx(0, j); }),
                           pl::BlockSpec({bn}, [](pl::Value j) { return pl::idx(j); })},
              .out_specs = {pl::BlockSpec({M, bn}, [](pl::Value j) { return pl::idx(0, j); })},
-             .name = wt == pl::i8 ? "matmul_w8" : "matmul_w16",
+             .name = wt == pl::i8 ? "matmul_w8" : wt == pl::f8e4m3 ? "matmul_wf8" : "matmul_w16",
              .compiler_params = {.num_warps = 4}});
       };
       auto x = pl::random::normal({M, K}, pl::bf16, 91).to(pl::Device::cuda(0));
       auto w8 = pl::random::randint({K, N}, pl::i8, 92, -127, 127).to(pl::Device::cuda(0));
       auto w16 = pl::random::normal({K, N}, pl::bf16, 93).to(pl::Device::cuda(0));
       auto sc = pl::random::uniform({N}, pl::f32, 94, 0.001, 0.01).to(pl::Device::cuda(0));
-      pl::Call q8 = make(pl::i8), q16 = make(pl::bf16);
+      auto wf8 = pl::random::normal({K, N}, pl::f32, 95).astype(pl::f8e4m3).to(pl::Device::cuda(0));
+      pl::Call q8 = make(pl::i8), q16 = make(pl::bf16), qf8 = make(pl::f8e4m3);
       pl::Array o;
       double ms8 = median_ms([&] { o = q8({x, w8, sc})[0]; }, 20), ms16 = median_ms([&] { o = q16({x, w16, sc})[0]; }, 20);
-      std::printf("bf16_x_i8_weights_matmul_M%lld_8192x8192,%.4f,GB/s,%.1f,bf16_weights_ms=%.4f,bf16_weights_gbps=%.1f,i8_speedup=%.2f\n",
-                  (long long)M, ms8, K * N * 1.0 / ms8 / 1e6, ms16, K * N * 2.0 / ms16 / 1e6, ms16 / ms8);
+      double msf8 = median_ms([&] { o = qf8({x, wf8, sc})[0]; }, 20);
+      std::printf("bf16_x_i8_weights_matmul_M%lld_8192x8192,%.4f,GB/s,%.1f,bf16_weights_ms=%.4f,bf16_weights_gbps=%.1f,i8_speedup=%.2f,f8e4m3_weights_ms=%.4f,f8_speedup=%.2f\n",
+                  (long long)M, ms8, K * N * 1.0 / ms8 / 1e6, ms16, K * N * 2.0 / ms16 / 1e6, ms16 / ms8, msf8, ms16 / msf8);
+    });
+  }
+  // Scaled matmul of 8-bit floats (CUDA_BENCH_ONLY=fp8): kernels::scaled_matmul, e4m3 x e4m3
+  // -> bf16 with rowwise, tensorwise and blockwise (1x128 / 128x128) scales, beside our bf16
+  // matmul of the same size; anchor: torch._scaled_mm (bench/anchors.py fp8).
+  for (int64_t n : {4096, 8192}) {
+    if (!section("fp8")) break;
+    row([&] {
+      auto a = pl::random::normal({n, n}, pl::f32, 121).astype(pl::f8e4m3).to(pl::Device::cuda(0));
+      auto b = pl::random::normal({n, n}, pl::f32, 122).astype(pl::f8e4m3).to(pl::Device::cuda(0));
+      auto row_a = pl::random::uniform({n, 1}, pl::f32, 123, 0.5, 1.5).to(pl::Device::cuda(0));
+      auto row_b = pl::random::uniform({1, n}, pl::f32, 124, 0.5, 1.5).to(pl::Device::cuda(0));
+      auto one = pl::Array::full({1, 1}, 1.0, pl::f32).to(pl::Device::cuda(0));
+      auto blk_a = pl::random::uniform({n, n / 128}, pl::f32, 125, 0.5, 1.5).to(pl::Device::cuda(0));
+      auto blk_b = pl::random::uniform({n / 128, n / 128}, pl::f32, 126, 0.5, 1.5).to(pl::Device::cuda(0));
+      using pl::kernels::ScaleKind;
+      double t0 = now_ms();
+      pl::Call rowwise = pl::kernels::scaled_matmul(n, n, n, pl::f8e4m3, pl::bf16, {.scales = ScaleKind::Rowwise});
+      pl::Array o = rowwise({a, b, row_a, row_b})[0];
+      pl::synchronize();
+      double first_ms = now_ms() - t0;
+      double ms_row = median_ms([&] { o = rowwise({a, b, row_a, row_b})[0]; }, 20);
+      pl::Call tensorwise = pl::kernels::scaled_matmul(n, n, n, pl::f8e4m3, pl::bf16, {.scales = ScaleKind::Tensorwise});
+      double ms_tensor = median_ms([&] { o = tensorwise({a, b, one, one})[0]; }, 20);
+      pl::Call blockwise = pl::kernels::scaled_matmul(n, n, n, pl::f8e4m3, pl::bf16, {.scales = ScaleKind::Blockwise});
+      double ms_block = median_ms([&] { o = blockwise({a, b, blk_a, blk_b})[0]; }, 20);
+      // bf16 matmul of the same size (the library's, 128 x 256 tiles)
+      auto x = pl::random::normal({n, n}, pl::bf16, 127).to(pl::Device::cuda(0));
+      auto y = pl::random::normal({n, n}, pl::bf16, 128).to(pl::Device::cuda(0));
+      pl::Call mm = pl::kernels::matmul(n, n, n, pl::bf16, pl::bf16, {.block_m = 128, .block_n = 256, .block_k = 64, .compiler_params = {.num_warps = 8}});
+      double ms_bf16 = median_ms([&] { o = mm({x, y})[0]; }, 20);
+      // a few outputs of the rowwise call against a double-precision reference
+      pl::Array ro = rowwise({a, b, row_a, row_b})[0].to_host();
+      auto av = a.to_host().astype(pl::f64).to_vector<double>(), bv = b.to_host().astype(pl::f64).to_vector<double>();
+      auto sav = row_a.to_host().to_vector<double>(), sbv = row_b.to_host().to_vector<double>(), ov = ro.astype(pl::f64).to_vector<double>();
+      double err = 0;
+      for (int64_t i = 0; i < n; i += 997)
+        for (int64_t j = 0; j < n; j += 991) {
+          double acc = 0;
+          for (int64_t k = 0; k < n; ++k) acc += av[i * n + k] * bv[j * n + k];
+          acc *= sav[i] * sbv[j];
+          err = std::max(err, std::fabs(ov[i * n + j] - acc) / (1 + std::fabs(acc)));
+        }
+      double flops = 2.0 * n * n * n;
+      std::printf("fp8_e4m3_scaled_matmul_rowwise_%lldcubed,%.4f,TFLOP/s,%.1f,tensorwise_tflops=%.1f,blockwise_tflops=%.1f,bf16_matmul_tflops=%.1f,relerr=%g,first_call_ms=%.0f\n",
+                  (long long)n, ms_row, flops / ms_row / 1e9, flops / ms_tensor / 1e9, flops / ms_block / 1e9, flops / ms_bf16 / 1e9, err, first_ms);
     });
   }
   // Decode attention (one query token, GQA 32 query heads on 8 kv heads, D128, bf16) and paged

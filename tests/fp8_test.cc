@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "pallas/dlpack.h"
+#include "pallas/kernels.h"
 #include "tests/test_util.h"
 #include "tests/transforms_util.h"
 
@@ -325,6 +326,53 @@ TEST(Fp8, DlpackRoundTrip) {
     EXPECT_EQ(b.dtype(), t);
     EXPECT_EQ(b.to_vector<double>(), a.to_vector<double>());
   }
+}
+
+}  // namespace
+}  // namespace pt
+
+namespace pt {
+namespace {
+
+// kernels::scaled_matmul against an f64 reference, for each scale kind and 8-bit float, and
+// with blocks narrower than the 128-column scale blocks.
+TEST(Fp8, ScaledMatmulLibraryKernel) {
+  const int64_t M = 256, N = 256, K = 384;
+  using pl::kernels::ScaleKind;
+  for (pl::DType t : f8_dtypes()) {
+    for (ScaleKind kind : {ScaleKind::Tensorwise, ScaleKind::Rowwise, ScaleKind::Blockwise}) {
+      for (int64_t bn : {128, 64, 256}) {
+        if (bn != 128 && kind != ScaleKind::Blockwise) continue;
+        SCOPED_TRACE(std::string(pl::dtype_name(t)) + " scales " + std::to_string(static_cast<int>(kind)) + " block_n " + std::to_string(bn));
+        auto av = with_edges(normal(M * K, 111, 0, 3), t, false), bv = with_edges(normal(N * K, 112, 0, 3), t, false);
+        pl::Array a = make_array(av, {M, K}, t), b = make_array(bv, {N, K}, t);
+        pl::Shape sas = kind == ScaleKind::Tensorwise ? pl::Shape{1, 1} : kind == ScaleKind::Rowwise ? pl::Shape{M, 1} : pl::Shape{M, K / 128};
+        pl::Shape sbs = kind == ScaleKind::Tensorwise ? pl::Shape{1, 1} : kind == ScaleKind::Rowwise ? pl::Shape{1, N} : pl::Shape{N / 128, K / 128};
+        auto sav = with_edges(uniform(static_cast<size_t>(sas[0] * sas[1]), 113, 0.25, 2), pl::f32, false);
+        auto sbv = with_edges(uniform(static_cast<size_t>(sbs[0] * sbs[1]), 114, 0.25, 2), pl::f32, false);
+        pl::Array sa = make_array(sav, sas, pl::f32), sb = make_array(sbv, sbs, pl::f32);
+        pl::Call call = pl::kernels::scaled_matmul(M, N, K, t, pl::bf16, {.block_n = bn, .scales = kind});
+        pl::Array c = call({a, b, sa, sb})[0];
+        std::vector<double> want(static_cast<size_t>(M * N), 0.0);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            double s = 0;
+            for (int64_t p = 0; p < K; ++p) {
+              double x = av[static_cast<size_t>(i * K + p)] * bv[static_cast<size_t>(j * K + p)];
+              if (kind == ScaleKind::Blockwise) x *= sav[static_cast<size_t>(i * (K / 128) + p / 128)] * sbv[static_cast<size_t>((j / 128) * (K / 128) + p / 128)];
+              s += x;
+            }
+            if (kind == ScaleKind::Tensorwise) s *= sav[0] * sbv[0];
+            if (kind == ScaleKind::Rowwise) s *= sav[static_cast<size_t>(i)] * sbv[static_cast<size_t>(j)];
+            want[static_cast<size_t>(i * N + j)] = round_to(s, pl::bf16);
+          }
+        EXPECT_TRUE(close(to_doubles(c), want, tol_for(pl::bf16), false));
+      }
+    }
+  }
+  EXPECT_THROW_MSG(pl::kernels::scaled_matmul(128, 128, 128, pl::bf16, pl::bf16), "must be f8e4m3 or f8e5m2");
+  EXPECT_THROW_MSG(pl::kernels::scaled_matmul(128, 100, 128, pl::f8e4m3, pl::bf16, {.scales = ScaleKind::Blockwise}), "multiples of 128");
+  EXPECT_THROW_MSG(pl::kernels::scaled_matmul(128, 128, 96, pl::f8e4m3, pl::bf16, {.block_k = 64}), "K=96 is not a multiple");
 }
 
 }  // namespace

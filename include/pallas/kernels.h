@@ -156,6 +156,25 @@ Call grouped_matmul_dw(int64_t m, int64_t k, int64_t n, int64_t groups, DType in
 CustomVjp grouped_matmul_vjp(int64_t m, int64_t k, int64_t n, int64_t groups, DType in_dtype, DType out_dtype,
                              GroupedMatmulConfig cfg = {});
 
+// ---- scaled matmul of 8-bit floats (kernels/scaled_matmul.cc) ----
+// out = (a · b^T) * scales, a [M, K] and b [N, K] of f8e4m3 or f8e5m2 (both K-major, the
+// layout the tensor cores read 8-bit operands in, as torch._scaled_mm's b), on the tensor
+// cores with f32 accumulation. Scales (f32), as torch._scaled_mm and DeepSeek-V3 take them:
+//  - Tensorwise: a_scale [1, 1], b_scale [1, 1], applied once in the epilogue;
+//  - Rowwise: a_scale [M, 1], b_scale [1, N] (per row of a, per row of b), in the epilogue;
+//  - Blockwise: a_scale [M, K / 128] (1 x 128 blocks of a), b_scale [N / 128, K / 128]
+//    (128 x 128 blocks of b); block_k is 128 and each step's product is scaled as it is added.
+// Blocks must divide M, N and K (or be larger: then the dimension).
+enum class ScaleKind { Tensorwise, Rowwise, Blockwise };
+struct ScaledMatmulConfig {
+  int64_t block_m = 128, block_n = 128, block_k = 128;
+  ScaleKind scales = ScaleKind::Rowwise;
+  CompilerParams compiler_params = {.num_warps = 8};
+  bool interpret = false;
+};
+// (a [M, K], b [N, K], a_scale, b_scale) -> out [M, N] in out_dtype (bf16, f16 or f32).
+Call scaled_matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dtype, ScaledMatmulConfig cfg = {});
+
 // ---- decode and paged attention (kernels/decode_attention.cc) ----
 // One query token per sequence against a KV cache, as FlashDecoding: the key axis is split
 // over k_splits programs per (sequence, kv head), each running the online softmax over its

@@ -17,7 +17,7 @@
 // (shapes, dtypes, backend), checks that the results JAX asked for are the call's outputs
 // (shapes and dtypes), and runs it on XLA's buffers without a copy, on the stream XLA gives it
 // (the GPU handler), or on the interpreter (the CPU handler). Any number of operands and
-// results; f32, f16, bf16, f64, i32, i8, u8 and bool operands. A pl::Error (a bad shape, an error
+// results; f32, f16, bf16, f64, i32, i8, u8, bool, f8e4m3fn and f8e5m2 operands. A pl::Error (a bad shape, an error
 // the call raises) becomes an XLA error that JAX raises with the kernel's message.
 //
 // Needs only XLA's header-only FFI API (jax.ffi.include_dir()) and the Pallas headers; link the
@@ -52,6 +52,8 @@ inline bool to_pallas(ffi::DataType t, pl::DType* out) {
     case ffi::DataType::S8: *out = pl::i8; return true;
     case ffi::DataType::U8: *out = pl::u8; return true;
     case ffi::DataType::PRED: *out = pl::bool_; return true;
+    case ffi::DataType::F8E4M3FN: *out = pl::f8e4m3; return true;
+    case ffi::DataType::F8E5M2: *out = pl::f8e5m2; return true;
     default: return false;
   }
 }
@@ -169,7 +171,7 @@ class Target {
       if (b.has_error()) return op + ": operand " + std::to_string(i) + " is not a buffer";
       pl::DType dt;
       if (!to_pallas(b->element_type(), &dt))
-        return op + ": operand " + std::to_string(i) + " has a dtype Pallas does not take here (f32, f16, bf16, f64, i32, i8, u8, bool)";
+        return op + ": operand " + std::to_string(i) + " has a dtype Pallas does not take here (f32, f16, bf16, f64, i32, i8, u8, bool, f8e4m3fn, f8e5m2)";
       auto dims = b->dimensions();
       in.push_back(pl::ShapeDtype(pl::Shape(dims.begin(), dims.end()), dt));
       data.push_back(b->untyped_data());

@@ -50,8 +50,11 @@ inline pl::DType to_pallas(at::ScalarType t, const std::string& op, size_t i) {
     case at::kChar: return pl::i8;
     case at::kByte: return pl::u8;
     case at::kBool: return pl::bool_;
+    case at::kFloat8_e4m3fn: return pl::f8e4m3;
+    case at::kFloat8_e5m2: return pl::f8e5m2;
     default:
-      TORCH_CHECK(false, op, ": argument ", i, " has dtype ", t, "; Pallas takes float32, float16, bfloat16, float64, int32, int8, uint8, bool here");
+      TORCH_CHECK(false, op, ": argument ", i, " has dtype ", t,
+                  "; Pallas takes float32, float16, bfloat16, float64, int32, int8, uint8, bool, float8_e4m3fn, float8_e5m2 here");
   }
   return pl::f32;
 }
@@ -66,6 +69,8 @@ inline at::ScalarType to_torch(pl::DType t, const std::string& op) {
     case pl::DType::I8: return at::kChar;
     case pl::DType::U8: return at::kByte;
     case pl::DType::Bool: return at::kBool;
+    case pl::DType::F8E4M3: return at::kFloat8_e4m3fn;
+    case pl::DType::F8E5M2: return at::kFloat8_e5m2;
     default: TORCH_CHECK(false, op, ": the kernel writes an output of dtype ", pl::dtype_name(t), ", which has no torch dtype here");
   }
   return at::kFloat;
