@@ -36,7 +36,7 @@ static double now_ms() {
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
 // library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages; normsweep:
-// the norms' alone), decode (decode and paged attention), grouped (the grouped matmul), quant (bf16 x i8
+// the norms' alone), decode (decode and paged attention; decodesweep: its knobs), grouped (the grouped matmul), quant (bf16 x i8
 // and x f8e4m3 weights), fp8 (scaled matmul of 8-bit floats).
 // Unset: all.
 static bool section(const char* name) {
@@ -877,6 +877,34 @@ int main() {
       std::printf("bf16_%s_attention_B%lld_S%lld_H32_KVH8_D128%s,%.4f,GB/s,%.1f,splits=%lld,partial_ms=%.4f,maxerr=%g,first_call_ms=%.0f\n",
                   c.paged ? "paged" : "decode", (long long)c.B, (long long)c.S, c.paged ? "_page32" : "", ms, bytes / ms / 1e6,
                   (long long)parts[0].shape()[2], ms_partial, err, first_ms);
+    });
+  }
+  // Decode attention's knobs (CUDA_BENCH_ONLY=decodesweep): keys a step, warps and splits, at
+  // B32 S8192 (GQA 32/8, D128, bf16): GB/s of the KV cache read by the partial call alone.
+  for (int64_t block_k : {32, 64, 128}) {
+    if (!section("decodesweep")) break;
+    row([&] {
+      const int64_t B = 32, S = 8192, H = 32, KVH = 8, D = 128;
+      auto q = pl::random::normal({B, H, D}, pl::bf16, 71).to(pl::Device::cuda(0));
+      auto k = pl::random::normal({B, KVH, S, D}, pl::bf16, 72).to(pl::Device::cuda(0));
+      auto v = pl::random::normal({B, KVH, S, D}, pl::bf16, 73).to(pl::Device::cuda(0));
+      auto lens = pl::Array::full({B}, static_cast<double>(S), pl::i32).to(pl::Device::cuda(0));
+      std::string out;
+      for (int warps : {4, 8})
+        for (int64_t splits : {8, 16, 32}) {
+          pl::kernels::DecodeAttentionConfig cfg{.kv_heads = KVH, .k_splits = splits, .block_k = block_k, .compiler_params = {.num_warps = warps}};
+          try {
+            pl::kernels::DecodeAttention f = pl::kernels::decode_attention(B, H, S, D, pl::bf16, cfg);
+            std::vector<pl::Array> parts;
+            double ms = median_ms([&] { parts = f.partial({lens, q, k, v}); }, 10);
+            char buf[96];
+            std::snprintf(buf, sizeof buf, ",w%d_s%lld=%.0f", warps, (long long)splits, 2.0 * B * KVH * S * D * 2 / ms / 1e6);
+            out += buf;
+          } catch (const pl::Error& e) {
+            out += ",w" + std::to_string(warps) + "_s" + std::to_string(splits) + "=error";
+          }
+        }
+      std::printf("decode_sweep_B32_S8192_block_k%lld,GB/s%s\n", (long long)block_k, out.c_str());
     });
   }
   // The norm backward kernels alone over their grid's two knobs: rows a step and programs (each

@@ -168,7 +168,7 @@ class Gen : public Builder {
     static const std::pair<DType, int> w[] = {{DType::F32, 30}, {DType::I32, 14}, {DType::BF16, 10}, {DType::F16, 8},
                                               {DType::F64, 7},  {DType::Bool, 5}, {DType::I8, 4},    {DType::I16, 3},
                                               {DType::I64, 4},  {DType::U8, 4},   {DType::U16, 3},   {DType::U32, 4},
-                                              {DType::U64, 3}};
+                                              {DType::U64, 3},  {DType::F8E4M3, 2}, {DType::F8E5M2, 2}};
     int total = 0;
     for (auto& [t, n] : w)
       if (o_.dtypes.count(t)) total += n;
@@ -179,6 +179,11 @@ class Gen : public Builder {
     return DType::F32;
   }
   bool allowed(DType t) const { return o_.dtypes.count(t) > 0; }
+  // Whether two dtypes promote implicitly: an 8-bit float only with itself, integers and bool.
+  static bool promotable(DType a, DType b) {
+    if (!pl::is_float8(a) && !pl::is_float8(b)) return true;
+    return a == b || !pl::is_float(a) || !pl::is_float(b);
+  }
 
   int64_t block_size(int64_t budget) {
     static const int64_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 12, 16, 16, 17, 24, 31, 32, 32, 33, 48, 64, 100, 128};
@@ -1179,6 +1184,7 @@ class Gen : public Builder {
     } else {
       y = find([&](int id) {
         if (id == x && coin(0.7)) return false;
+        if (!promotable(D(x), D(id))) return false;
         if (M(x).taint && M(id).taint && M(id).taint != M(x).taint) return false;
         if (S(id) == S(x) || scalar(id)) return true;
         return scalar(x) && !M(id).taint && !M(x).taint;
