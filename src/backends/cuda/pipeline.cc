@@ -249,7 +249,7 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
       const ir::Eqn& load = *d->second;
       PipelinedLoad l;
       int64_t kpad = 0;
-      auto tile = wgmma_operand_tile(P, dot, i, &l.rows_are_mn, &kpad);
+      auto tile = dot_operand_tile(P, dot, i, &l.rows_are_mn, &kpad);
       // no K padding to zero; copies straight into the tile need the layout's runs along its
       // contiguous dimension, except f32 ones, which may transpose word by word (or be staged)
       if (!tile || kpad != 0) continue;
@@ -263,7 +263,7 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
         for (size_t r = 1; r < readers.size() && same; ++r) {
           bool mn = false;
           int64_t pad = 0;
-          auto t = wgmma_operand_tile(P, *readers[r].dot, readers[r].operand, &mn, &pad);
+          auto t = dot_operand_tile(P, *readers[r].dot, readers[r].operand, &mn, &pad);
           same = t && pad == 0 && mn == t->k_major && same_image(*t, *tile);
         }
         if (!same) continue;
@@ -329,7 +329,7 @@ LoopPipeline plan_pipeline(const KernelPlan& P, const ir::Jaxpr& body, size_t nu
   // reads its registers until the loop ends)
   // (not with staged operands: their one tile is rewritten every iteration)
   const ir::Eqn* async_dot = nullptr;
-  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot &&
+  if (count_dots(body) == 1 && p.loads.size() == 2 && p.loads[0].dot == p.loads[1].dot && P.dot(*p.loads[0].dot).kind == DotPlan::Kind::Wgmma &&
       std::count(fragment_dots.begin(), fragment_dots.end(), p.loads[0].dot) &&
       !p.loads[0].staged() && !p.loads[1].staged())
     async_dot = p.loads[0].dot;
@@ -691,7 +691,7 @@ ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& bo
       if (!inv || inv->aval.is_ref) continue;
       ResidentOperand o;
       int64_t kpad = 0;
-      auto tile = wgmma_operand_tile(P, dot, i, &o.rows_are_mn, &kpad);
+      auto tile = dot_operand_tile(P, dot, i, &o.rows_are_mn, &kpad);
       if (!tile || kpad != 0) continue;  // the dot's own path zeroes K padding; not done here yet
       o.var = inv, o.tile = *tile, o.dtype = inv->aval.dtype;
       r.ops.push_back(o);

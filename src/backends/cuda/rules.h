@@ -95,6 +95,10 @@ SwizzledTile swizzled_tile(bool k_major, int64_t item, int64_t mn, int64_t k, in
 // takes wgmma (else nullopt); rows_are_mn: the operand's rows as the program holds it are the
 // tile's MN (else K). The loop pipeline (pipeline.cc) copies loads straight into such tiles.
 std::optional<SwizzledTile> wgmma_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
+// The same for a dot of either tensor-core kind: an mma.sync dot reads an operand the loop keeps
+// in shared memory (pipelined, resident) from such a tile too (mma_sync_operand_tile).
+std::optional<SwizzledTile> mma_sync_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
+std::optional<SwizzledTile> dot_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding);
 
 // Writes a tile value into a swizzled operand tile at `base` (rows_are_mn as above; 16-byte
 // stores where the blocked layout allows).

@@ -318,28 +318,58 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
     return;
   }
   MmaTiles g = mma_tiles(d, t, m);
-  E.reserve(0, ir::Aval::array({static_cast<int64_t>(g.end)}, DType::U8));
   std::string T = ctype(t), M = std::to_string(d.M), N = std::to_string(d.N), KS = std::to_string(g.KS);
+  // Operands the loop keeps in shared memory (a pipelined stage, a resident tile: swizzled, as
+  // the dot-operands pass planned) are read where they are; the others are written to the
+  // padded K-contiguous tiles of the exchange region.
+  std::string in_smem[2];
+  for (int i = 0; i < 2; ++i)
+    if (auto* v = std::get_if<ir::Var>(&e.in[static_cast<size_t>(i)]))
+      if (auto it = E.smem_operands.find(v->id); it != E.smem_operands.end()) in_smem[i] = it->second;
+  const DotPlan& plan = E.plan.dot(e);
+  if (in_smem[0].empty() != (plan.a == DotPlan::Operand::Written) || in_smem[1].empty() != (plan.b == DotPlan::Operand::Written))
+    throw Error(E.what + ": CUDA lowering: an mma.sync dot's operands are not where the dot-operands pass planned them (an internal error; run "
+                         "with interpret = true meanwhile)");
+  bool wrote = in_smem[0].empty() || in_smem[1].empty();
   std::string xa = E.fresh("xa"), xb = E.fresh("xb");
-  E.line(T + "* " + xa + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.a_off) + ");");
-  E.line(T + "* " + xb + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.b_off) + ");");
-  // A (M x K, or K x M when transposed) to rows of K; B (K x N, or N x K) to rows of K
-  put_operand(E, e.in[0], xa, g.KS, !d.ta, t);
-  put_operand(E, e.in[1], xb, g.KS, d.tb, t);
-  if (g.KP > d.K) {  // zero columns K..KP of every row of both tiles
-    std::string pad = std::to_string(g.KP - d.K);
-    E.line("for (int z = threadIdx.x; z < " + std::to_string((d.M + d.N) * (g.KP - d.K)) + "; z += " + std::to_string(E.nt) + ") {");
-    E.line("  const int row = z / " + pad + ", col = " + std::to_string(d.K) + " + z % " + pad + ";");
-    E.line("  if (row < " + M + ") " + xa + "[row * " + KS + " + col] = " + T + "{}; else " + xb + "[(row - " + M + ") * " + KS + " + col] = " + T + "{};");
-    E.line("}");
+  if (wrote) {
+    E.reserve(0, ir::Aval::array({static_cast<int64_t>(g.end)}, DType::U8));
+    E.line(T + "* " + xa + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.a_off) + ");");
+    E.line(T + "* " + xb + " = (" + T + "*)(smem + " + std::to_string(E.xoff + g.b_off) + ");");
+    // A (M x K, or K x M when transposed) to rows of K; B (K x N, or N x K) to rows of K
+    if (in_smem[0].empty()) put_operand(E, e.in[0], xa, g.KS, !d.ta, t);
+    if (in_smem[1].empty()) put_operand(E, e.in[1], xb, g.KS, d.tb, t);
+    if (g.KP > d.K) {  // zero columns K..KP of every row of both tiles
+      std::string pad = std::to_string(g.KP - d.K);
+      E.line("for (int z = threadIdx.x; z < " + std::to_string((d.M + d.N) * (g.KP - d.K)) + "; z += " + std::to_string(E.nt) + ") {");
+      E.line("  const int row = z / " + pad + ", col = " + std::to_string(d.K) + " + z % " + pad + ";");
+      E.line("  if (row < " + M + ") " + xa + "[row * " + KS + " + col] = " + T + "{}; else " + xb + "[(row - " + M + ") * " + KS + " + col] = " + T + "{};");
+      E.line("}");
+    }
+    E.sync();
   }
-  E.sync();
   {
     Emitter::Block scope = E.block("{");
     E.line("const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;");
-    E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
+    if (wrote) E.line("const u32* wa = (const u32*)" + xa + "; const u32* wb = (const u32*)" + xb + ";");
     std::string ks_words = std::to_string(g.KS * static_cast<int64_t>(itemsize(t)) / 4);
     int per = m.per_reg, half_words = m.k / 2 / per;  // words between the two k halves of a fragment
+    // Word w (of `per` elements along K) of row r of operand i, wherever it is.
+    std::optional<SwizzledTile> smem_tile[2];
+    for (int i = 0; i < 2; ++i) {
+      bool rows_mn = false;
+      int64_t kpad = 0;
+      if (!in_smem[i].empty()) smem_tile[i] = mma_sync_operand_tile(E.plan, e, i, &rows_mn, &kpad);
+    }
+    auto word = [&](int i, const std::string& r, const std::string& w) {
+      if (in_smem[i].empty()) return std::string(i == 0 ? "wa" : "wb") + "[" + r + " * " + ks_words + " + " + w + "]";
+      const SwizzledTile& L = *smem_tile[i];
+      const std::string& base = in_smem[i];
+      std::string k = "((" + w + ") * " + std::to_string(per) + ")";
+      if (L.k_major) return "*(const u32*)(" + base + " + " + L.at(r, k) + ")";
+      // MN-major (16-bit): the word's two elements are in consecutive rows of K
+      return "((u32)*(const u16*)(" + base + " + " + L.at(r, k) + ") | ((u32)*(const u16*)(" + base + " + " + L.at(r, k + " + 1") + ") << 16))";
+    };
     E.line("#pragma unroll");
     Emitter::Block tiles = E.block("for (int t = 0; t < " + std::to_string(q.TPW) + "; ++t) {");
     E.line("const int tile = (threadIdx.x >> 5) + t * " + std::to_string(q.W) + ";");
@@ -349,21 +379,22 @@ void mma_accumulate(Emitter& E, const ir::Eqn& e, const DotShape& d, DType t, co
     Emitter::Block steps = E.block("_Pragma(\"unroll 1\") for (int kw = 0; kw < " + std::to_string(g.KP / per) + "; kw += " + std::to_string(m.k / per) + ") {");
     // A register r: row g + 8 (r % 2), words q + half (r / 2); B register r: words q + half r, column g
     E.line("u32 a[4], b[2];");
-    E.line("a[0] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q] : 0u;");
-    E.line("a[1] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q] : 0u;");
-    E.line("a[2] = ra < " + M + " ? wa[ra * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
-    E.line("a[3] = rb < " + M + " ? wa[rb * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+    std::string hw = std::to_string(half_words);
+    E.line("a[0] = ra < " + M + " ? " + word(0, "ra", "kw + q") + " : 0u;");
+    E.line("a[1] = rb < " + M + " ? " + word(0, "rb", "kw + q") + " : 0u;");
+    E.line("a[2] = ra < " + M + " ? " + word(0, "ra", "kw + q + " + hw) + " : 0u;");
+    E.line("a[3] = rb < " + M + " ? " + word(0, "rb", "kw + q + " + hw) + " : 0u;");
     E.line("#pragma unroll");
     Emitter::Block blocks = E.block("for (int s = 0; s < " + std::to_string(q.NS) + "; ++s) {");
     E.line("const int col = n0 + s * 8 + g;");
-    E.line("b[0] = col < " + N + " ? wb[col * " + ks_words + " + kw + q] : 0u;");
-    E.line("b[1] = col < " + N + " ? wb[col * " + ks_words + " + kw + q + " + std::to_string(half_words) + "] : 0u;");
+    E.line("b[0] = col < " + N + " ? " + word(1, "col", "kw + q") + " : 0u;");
+    E.line("b[1] = col < " + N + " ? " + word(1, "col", "kw + q + " + hw) + " : 0u;");
     std::string cr = std::string(m.acc) == "float" ? "f" : "r";
     auto c = [&](int r) { return frag + "[(t * " + std::to_string(q.NS) + " + s) * 4 + " + std::to_string(r) + "]"; };
     E.line("asm volatile(\"" + std::string(m.instr) + " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\" : \"+" + cr + "\"(" + c(0) + "), \"+" + cr +
            "\"(" + c(1) + "), \"+" + cr + "\"(" + c(2) + "), \"+" + cr + "\"(" + c(3) + ") : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));");
   }
-  E.sync();  // the operand tiles are read until here
+  if (wrote || !E.operand_tiles_fenced) E.sync();  // the operand tiles are read until here
 }
 
 // Fragments -> a tile in the blocked layout, through an M x N tile in the exchange region
@@ -495,6 +526,36 @@ std::optional<SwizzledTile> wgmma_operand_tile(const KernelPlan& P, const ir::Eq
   *rows_are_mn = operand == 0 ? ops.a_rows_mn : ops.b_rows_mn;
   *k_padding = (d.K + p.mma->k - 1) / p.mma->k * p.mma->k - d.K;
   return operand == 0 ? ops.a : ops.b;
+}
+
+// An mma.sync dot reads an operand that the loop keeps in shared memory (a pipelined load, a
+// resident value) from the same kind of swizzled tile, laid out as the program holds it: K-major
+// when its rows are MN (any dtype but f32, which must be rounded to tf32 first), MN-major for
+// 16-bit operands whose rows are K (each register then packs two 16-bit reads); 8-bit operands
+// whose rows are K are not taken (their bytes would need a transposing landing). MN is rounded
+// to one swizzle atom (8 rows), not to wgmma's 64.
+std::optional<SwizzledTile> mma_sync_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
+  const DotPlan& p = P.dot(dot);
+  if (p.kind != DotPlan::Kind::MmaSync) return std::nullopt;
+  DotShape d = dot_shape(P, dot);
+  DType t = ir::atom_aval(dot.in[static_cast<size_t>(operand)]).dtype;
+  int64_t item = static_cast<int64_t>(itemsize(t));
+  if (t == DType::F32 || item > 2) return std::nullopt;
+  bool mn_rows = operand == 0 ? !d.ta : d.tb;
+  if (!mn_rows && item != 2) return std::nullopt;
+  *rows_are_mn = mn_rows;
+  *k_padding = (d.K + p.mma->k - 1) / p.mma->k * p.mma->k - d.K;
+  SwizzledTile tile = swizzled_tile(mn_rows, item, operand == 0 ? d.M : d.N, d.K, p.mma->k);
+  if (mn_rows) {
+    tile.mn = ((operand == 0 ? d.M : d.N) + 7) / 8 * 8;
+    tile.bytes = static_cast<size_t>(tile.mn * tile.kp * item);
+  }
+  return tile;
+}
+
+std::optional<SwizzledTile> dot_operand_tile(const KernelPlan& P, const ir::Eqn& dot, int operand, bool* rows_are_mn, int64_t* k_padding) {
+  if (auto t = wgmma_operand_tile(P, dot, operand, rows_are_mn, k_padding)) return t;
+  return mma_sync_operand_tile(P, dot, operand, rows_are_mn, k_padding);
 }
 
 // wgmma reads A from registers in the accumulator's own register layout (16-bit inputs): the

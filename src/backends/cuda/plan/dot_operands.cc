@@ -1,4 +1,4 @@
-// The dot-operands pass: where each wgmma dot reads its operands from — A from registers (held
+// The dot-operands pass: where each tensor-core dot reads its operands from — A from registers (held
 // in the accumulator layout of an earlier dot, as attention's P), a loop pipeline's stage (a
 // load the loop-plans pass pipelines), a tile kept in shared memory for the loop (a resident
 // operand), or written to the exchange region by the dot itself. The dot rule reads them where
@@ -44,6 +44,19 @@ struct Walk {
 
   void place(const ir::Eqn& e, const LoopPlan* loop) {
     DotPlan& d = P.dots.at(&e);
+    if (d.kind == DotPlan::Kind::MmaSync) {
+      // mma.sync reads a loop's stage or resident tile (swizzled) where it is, and has every
+      // other operand written to its padded tiles; listed only when something is in place
+      d.a = where(e.in[0], loop);
+      d.b = where(e.in[1], loop);
+      if (d.a == DotPlan::Operand::Written && d.b == DotPlan::Operand::Written) return;
+      auto name = [](DotPlan::Operand o) {
+        return o == DotPlan::Operand::Stage ? "a loop stage" : o == DotPlan::Operand::Resident ? "a resident tile" : "written to shared memory";
+      };
+      text << "dot " << ir::atom_aval(e.in[0]).str() << (d.ta ? "^T" : "") << " x " << ir::atom_aval(e.in[1]).str() << (d.tb ? "^T" : "")
+           << ": mma.sync " << d.grid.TM * d.grid.TN << " tile(s) over " << d.grid.W << " warp(s); A " << name(d.a) << ", B " << name(d.b) << "\n";
+      return;
+    }
     if (d.kind != DotPlan::Kind::Wgmma) return;
     // (an A held otherwise is converted to the blocked layout before the dot: operand_layout)
     d.a = wgmma_a_from_registers(P, e, P.layout_of(e.in[0])) ? DotPlan::Operand::Registers : where(e.in[0], loop);
