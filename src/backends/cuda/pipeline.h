@@ -1,6 +1,7 @@
 // Software pipelining of a fori_loop's loads that feed tensor-core dots (Triton's loop
-// pipeliner, in this backend's terms). A load in the loop body whose only users are wgmma dot
-// operands (one, or several reading one 16-bit tile: PipelinedLoad::also), whose indices follow
+// pipeliner, in this backend's terms). A load in the loop body whose only users are tensor-core
+// dot operands (wgmma, or mma.sync reading the tile where it is: mma_sync_operand_tile; one, or
+// several reading one 16-bit tile: PipelinedLoad::also), whose indices follow
 // from the loop index alone and whose ref no op of the body
 // writes, goes global -> shared straight into the dot's swizzled operand tile, num_stages - 1
 // iterations ahead, through num_stages buffers: the copies of the next iterations overlap this
