@@ -19,9 +19,18 @@ bool has_effects(const ir::Jaxpr& j) {
   return any;
 }
 
+// A load of one element without a mask or index arrays.
+bool scalar_load(const ir::Eqn& e) {
+  if (e.prim->id != PrimId::load || e.params.get_bool("has_mask") || e.out[0].aval.size() != 1) return false;
+  for (const ir::IndexDim& x : e.params.get<ir::NDIndexer>("idx").dims)
+    if (x.kind == ir::IndexDim::Kind::Array) return false;
+  return true;
+}
+
 // The body eqns that compute `a` from the loop index, literals and values from outside the
-// loop, appended in order to `out`; false if `a` depends on anything else (a carry, a load)
-// or on an op that is not plain scalar arithmetic.
+// loop, appended in order to `out`; false if `a` depends on anything else (a carry) or on an op
+// that is not plain scalar arithmetic or a scalar load (a block table's entry: the body writes
+// no ref, so reading it for a later iteration reads what that iteration would).
 bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, const std::unordered_map<int64_t, const ir::Eqn*>& def,
                  std::vector<const ir::Eqn*>& out, std::unordered_set<const ir::Eqn*>& seen) {
   const auto* v = std::get_if<ir::Var>(&a);
@@ -35,7 +44,7 @@ bool index_slice(const ir::Atom& a, const ir::Jaxpr& body, size_t num_carry, con
   if (seen.count(&e)) return true;
   ir::PrimKind k = e.prim->kind;
   bool arithmetic = k == ir::PrimKind::Unary || k == ir::PrimKind::Binary || k == ir::PrimKind::Elementwise ||
-                    e.prim->id == PrimId::multiple_of || e.prim->id == PrimId::max_contiguous;
+                    e.prim->id == PrimId::multiple_of || e.prim->id == PrimId::max_contiguous || scalar_load(e);
   if (!arithmetic || e.prim->has_effects || e.out.size() != 1 || !Emitter::scalar_like(e.out[0].aval)) return false;
   for (const ir::Atom& x : e.in)
     if (!index_slice(x, body, num_carry, def, out, seen)) return false;
