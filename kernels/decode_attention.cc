@@ -40,8 +40,9 @@ DecodeShape decode_shape(const char* k, int64_t batch, int64_t heads, int64_t ke
   DecodeShape s;
   s.kv_heads = cfg.kv_heads ? cfg.kv_heads : heads;
   s.group = heads / s.kv_heads;
-  // 32 keys a step: the tensor-core dots of a few query rows hold their whole operands in
-  // registers, and 64 keys spilled on 4 warps (ptxas, sm_90a)
+  // 32 keys a step. (Before the loop pipeliner took mma.sync dots, their operands went through
+  // registers and 64 keys spilled on 4 warps; now K and V blocks stream through shared memory
+  // and 64 or 128 keys compile without spills (ptxas, sm_90a). Not yet swept on the GPU.)
   s.bk = detail_attention::block_size(k, "block_k", cfg.block_k, 32, keys);
   int64_t blocks = keys / s.bk;
   if (cfg.k_splits < 0)

@@ -315,6 +315,29 @@ TEST(CudaPasses, LoadsReadByTwoDotsArePipelinedOnce) {
                         "  load f32[64] read again by its broadcast to f32[64,64]\n"));
 }
 
+// mma.sync dots (decode attention: a query group of 4 rows) take the loop pipeline too: K (rows
+// are keys, the dot's N: K-major) and V (rows are keys, the second dot's K: MN-major) go by TMA
+// into stage tiles the dots read where they are, q stays resident; paged attention's pages come
+// from its block table, a scalar load the copies of a later iteration read ahead.
+TEST(CudaPasses, LoopPlansOfMmaSyncDots) {
+  pl::kernels::DecodeAttention d = pl::kernels::decode_attention(2, 8, 256, 128, pl::bf16, {.kv_heads = 2});
+  std::vector<pl::ShapeDtype> args{pl::ShapeDtype({2}, pl::i32), pl::ShapeDtype({2, 8, 128}, pl::bf16),
+                                   pl::ShapeDtype({2, 2, 256, 128}, pl::bf16), pl::ShapeDtype({2, 2, 256, 128}, pl::bf16)};
+  EXPECT_EQ(section(d.partial, args, "loop-plans"),
+            "loop: operand bf16[4,128] stays in shared memory (K-major)\n"
+            "loop: 3 stages, 3 buffers of 16384 bytes, copies 2 iteration(s) ahead, no barrier per iteration\n"
+            "  pipelined by TMA: operand B (bf16[32,128], K-major) of the dot giving f32[4,32]\n"
+            "  pipelined by TMA: operand B (bf16[32,128], MN-major) of the dot giving f32[4,128]\n");
+  EXPECT_EQ(section(d.partial, args, "dot-operands"),
+            "dot bf16[4,128] x bf16[32,128]^T: mma.sync 1 tile(s) over 4 warp(s); A a resident tile, B a loop stage\n"
+            "dot bf16[4,32] x bf16[32,128]: mma.sync 4 tile(s) over 4 warp(s); A written to shared memory, B a loop stage\n");
+  EXPECT_EQ(section(d.partial, args, "loop-plans", "sm_80"), "");
+  pl::kernels::DecodeAttention pg = pl::kernels::paged_attention(2, 8, 8, 32, 16, 128, pl::bf16, {.kv_heads = 2});
+  std::vector<pl::ShapeDtype> pargs{pl::ShapeDtype({2}, pl::i32), pl::ShapeDtype({2, 8}, pl::i32), pl::ShapeDtype({2, 8, 128}, pl::bf16),
+                                    pl::ShapeDtype({2, 16, 32, 128}, pl::bf16), pl::ShapeDtype({2, 16, 32, 128}, pl::bf16)};
+  EXPECT_THAT(section(pg.partial, pargs, "loop-plans"), HasSubstr("  pipelined by TMA: operand B (bf16[32,128], MN-major) of the dot giving f32[4,128]\n"));
+}
+
 TEST(CudaPasses, ExchangeLargerThanSharedMemoryGoesThroughGlobalScratch) {
   auto big = [](int64_t rows) {
     auto k = pl::pallas_call(
