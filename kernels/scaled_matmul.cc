@@ -14,6 +14,7 @@ Call scaled_matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dt
   if (out_dtype != DType::BF16 && out_dtype != DType::F16 && out_dtype != DType::F32)
     throw Error(name + ": out_dtype is " + dtype_name(out_dtype) + "; it must be bf16, f16 or f32");
   const ScaleKind kind = cfg.scales;
+  const bool fast = cfg.fast_accumulation;
   constexpr int64_t kScaleBlock = 128;
   if (kind == ScaleKind::Blockwise) {
     if (k % kScaleBlock || n % kScaleBlock)
@@ -41,8 +42,9 @@ Call scaled_matmul(int64_t m, int64_t n, int64_t k, DType in_dtype, DType out_dt
         return acc + part * scale_a * sbr;
       });
     } else {
+      const Precision precision = fast ? Precision::Default : Precision::Highest;
       acc = fori_loop(0, steps, zeros({bm, bn}), [&](Value s, Value acc) {
-        return acc + dot(a(all, ds(s * bk, bk)), b(all, ds(s * bk, bk)), {.trans_b = true});
+        return acc + dot(a(all, ds(s * bk, bk)), b(all, ds(s * bk, bk)), {.trans_b = true, .precision = precision});
       });
       acc = acc * sa[all] * sb[all];  // [1, 1] or [bm, 1] times [1, 1] or [1, bn]
     }

@@ -21,6 +21,7 @@
 namespace pl = pallas;
 namespace cu = pallas::cuda;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace {
 
@@ -336,6 +337,17 @@ TEST(CudaPasses, LoopPlansOfMmaSyncDots) {
   std::vector<pl::ShapeDtype> pargs{pl::ShapeDtype({2}, pl::i32), pl::ShapeDtype({2, 8}, pl::i32), pl::ShapeDtype({2, 8, 128}, pl::bf16),
                                     pl::ShapeDtype({2, 16, 32, 128}, pl::bf16), pl::ShapeDtype({2, 16, 32, 128}, pl::bf16)};
   EXPECT_THAT(section(pg.partial, pargs, "loop-plans"), HasSubstr("  pipelined by TMA: operand B (bf16[32,128], MN-major) of the dot giving f32[4,128]\n"));
+}
+
+// An 8-bit float K loop keeps its carry in the wgmma's fragments (the dot in flight) only with
+// fast accumulation; at Precision::Highest each dot is added into the f32 carry after it.
+TEST(CudaPasses, Fp8CarriesAreAddedStepByStepAtHighest) {
+  std::vector<pl::ShapeDtype> args{pl::ShapeDtype({256, 256}, pl::f8e4m3), pl::ShapeDtype({256, 256}, pl::f8e4m3),
+                                   pl::ShapeDtype({256, 1}, pl::f32), pl::ShapeDtype({1, 256}, pl::f32)};
+  EXPECT_THAT(section(pl::kernels::scaled_matmul(256, 256, 256, pl::f8e4m3, pl::bf16, {.fast_accumulation = true}), args, "loop-plans"),
+              HasSubstr("the dot in flight across iterations"));
+  EXPECT_THAT(section(pl::kernels::scaled_matmul(256, 256, 256, pl::f8e4m3, pl::bf16), args, "loop-plans"),
+              Not(HasSubstr("the dot in flight")));
 }
 
 TEST(CudaPasses, ExchangeLargerThanSharedMemoryGoesThroughGlobalScratch) {

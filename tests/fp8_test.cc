@@ -353,6 +353,9 @@ TEST(Fp8, ScaledMatmulLibraryKernel) {
         pl::Array sa = make_array(sav, sas, pl::f32), sb = make_array(sbv, sbs, pl::f32);
         pl::Call call = pl::kernels::scaled_matmul(M, N, K, t, pl::bf16, {.block_n = bn, .scales = kind});
         pl::Array c = call({a, b, sa, sb})[0];
+        // fast accumulation: the same answer on the interpreter (f32 either way); on the GPU the
+        // tensor cores' fewer accumulator bits stay within bf16's tolerance at this K
+        pl::Array cf = pl::kernels::scaled_matmul(M, N, K, t, pl::bf16, {.block_n = bn, .scales = kind, .fast_accumulation = true})({a, b, sa, sb})[0];
         std::vector<double> want(static_cast<size_t>(M * N), 0.0);
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) {
@@ -367,6 +370,7 @@ TEST(Fp8, ScaledMatmulLibraryKernel) {
             want[static_cast<size_t>(i * N + j)] = round_to(s, pl::bf16);
           }
         EXPECT_TRUE(close(to_doubles(c), want, tol_for(pl::bf16), false));
+        EXPECT_TRUE(close(to_doubles(cf), want, tol_for(pl::bf16), false));
       }
     }
   }

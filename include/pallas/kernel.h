@@ -337,7 +337,9 @@ enum class Precision : uint8_t { Default, High, Highest };
 struct DotOptions {
   bool trans_a = false;
   bool trans_b = false;
-  Precision precision = Precision::Default;  // f32: Default/High use tf32 on the GPU, Highest is IEEE f32
+  // f32: Default/High use tf32 on the GPU, Highest is IEEE f32. 8-bit floats: at Highest a K
+  // loop adds each dot into its f32 carry outside the tensor cores (docs/dtypes.md).
+  Precision precision = Precision::Default;
   std::optional<DType> preferred_type;       // accumulator/result; default f32 (i32 for ints, f64 for f64)
 };
 Value dot(const Value& a, const Value& b, DotOptions opts = {}, SourceLocation loc = SourceLocation::current());

@@ -169,6 +169,11 @@ enum class ScaleKind { Tensorwise, Rowwise, Blockwise };
 struct ScaledMatmulConfig {
   int64_t block_m = 128, block_n = 128, block_k = 128;
   ScaleKind scales = ScaleKind::Rowwise;
+  // false (as torch._scaled_mm's default): each block_k-deep step is added into the f32 carry
+  // on the CUDA cores (its dot at Precision::Highest); true: the tensor cores accumulate the
+  // whole K loop, faster but with fewer accumulator bits on sm_90 (docs/dtypes.md). Blockwise
+  // scales always add step by step.
+  bool fast_accumulation = false;
   CompilerParams compiler_params = {.num_warps = 8};
   bool interpret = false;
 };

@@ -638,6 +638,13 @@ std::optional<FragmentCarry> plan_fragment_carry(const KernelPlan& P, const ir::
   const ir::Eqn& dot = *dt->second;
   const MmaKind* m = P.dot(dot).mma;
   if (!m) return std::nullopt;
+  // An 8-bit float dot at Precision::Highest is added into the carry in f32 on the CUDA cores
+  // after each step: the fp8 tensor cores of sm_90 keep fewer accumulator bits than f32, so a
+  // carry they accumulate over a whole K loop drifts (docs/dtypes.md); each dot accumulates
+  // only its own K in them.
+  if (is_float8(ir::atom_aval(dot.in[0]).dtype) && dot.params.has("precision") &&
+      static_cast<Precision>(dot.params.get_int("precision")) == Precision::Highest)
+    return std::nullopt;
   DType acc = std::string(m->acc) == "float" ? DType::F32 : DType::I32;
   if (dot.out[0].aval.dtype != acc || in.aval.dtype != acc || outv->aval.dtype != acc || dot.out[0].aval.shape != in.aval.shape)
     return std::nullopt;
