@@ -83,6 +83,16 @@ class Op {
   Op(std::string name, F factory) : name_(std::move(name)), calls_(factory) {}
   const std::string& name() const { return name_; }
   Made get(const std::vector<pl::ShapeDtype>& in, pl::Backend backend) { return calls_.get(in, backend); }
+  // get() for a dispatch on CUDA tensors (else the interpreter), a pl::Error raised as torch's
+  // error naming `op`.
+  Made made_for(const std::vector<pl::ShapeDtype>& in, bool cuda, const std::string& op) {
+    try {
+      return get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
+    } catch (const pl::Error& e) {
+      TORCH_CHECK(false, op, ": ", e.what());
+    }
+    return {};
+  }
 
  private:
   std::string name_;
@@ -124,12 +134,7 @@ class Kernel final : public c10::OperatorKernel {
       in.push_back(pl::ShapeDtype(pl::Shape(ts[i].sizes().begin(), ts[i].sizes().end()), to_pallas(ts[i].scalar_type(), op, i)));
     }
     const bool cuda = key_ == c10::DispatchKey::CUDA;
-    Made m;
-    try {
-      m = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
-    } catch (const pl::Error& e) {
-      TORCH_CHECK(false, op, ": ", e.what());
-    }
+    Made m = op_->made_for(in, cuda, op);
     const pl::Call& call = m.call;
     const std::vector<pl::ShapeDtype>& outs = m.outs;
     TORCH_CHECK(outs.size() == handle.schema().returns().size(), op, ": the kernel '", call.name(), "' has ", outs.size(),
@@ -197,12 +202,7 @@ class VjpKernel final : public c10::OperatorKernel {
       pv.push_back(view_of(prims[i], i, op, "primal"));
       in.push_back(pv.back().shape_dtype());
     }
-    Made m;
-    try {
-      m = op_->get(in, cuda ? pl::Backend::Auto : pl::Backend::Interpret);
-    } catch (const pl::Error& e) {
-      TORCH_CHECK(false, op, ": ", e.what());
-    }
+    Made m = op_->made_for(in, cuda, op);
     const pl::Call& call = m.call;
     const std::vector<pl::ShapeDtype>& outs = m.outs;
     TORCH_CHECK(cots.size() == outs.size(), op, ": got ", cots.size(), " cotangents for the kernel '", call.name(), "''s ", outs.size(), " outputs");

@@ -89,22 +89,20 @@ template <> __device__ __forceinline__ f16 cv<f16, float>(float x) { f16 r; asm(
 template <> __device__ __forceinline__ bf16 cv<bf16, float>(float x) { bf16 r; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.b) : "f"(x)); return r; }
 template <> __device__ __forceinline__ f16 cv<f16, double>(double x) { f16 r; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(r.b) : "d"(x)); return r; }
 template <> __device__ __forceinline__ bf16 cv<bf16, double>(double x) { return cv<bf16, float>(f_odd(x)); }
-template <> __device__ __forceinline__ f8e4m3 cv<f8e4m3, float>(float x) {
+// float -> the 8-bit float <E, M, B>'s bits: cvt.rn.satfinite on sm_89 and later (its NaN
+// pattern made 0x7f, as the interpreter's), f8_bits' same rule in software before.
+template <int E, int M, int B> __device__ __forceinline__ u8 f8_from_float(float x, u8 max_bits) {
 #if __CUDA_ARCH__ >= 890
-  u16 r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
-  return f8e4m3{(u8)((x != x) ? 0x7f : (r & 0xff))};
+  u16 r;
+  if constexpr (E == 4) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+  return (x != x) ? (u8)0x7f : (u8)(r & 0xff);
 #else
-  return f8e4m3{f8_bits<4, 3, 7>(x, 0x7e)};
+  return f8_bits<E, M, B>(x, max_bits);
 #endif
 }
-template <> __device__ __forceinline__ f8e5m2 cv<f8e5m2, float>(float x) {
-#if __CUDA_ARCH__ >= 890
-  u16 r; asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
-  return f8e5m2{(u8)((x != x) ? 0x7f : (r & 0xff))};
-#else
-  return f8e5m2{f8_bits<5, 2, 15>(x, 0x7b)};
-#endif
-}
+template <> __device__ __forceinline__ f8e4m3 cv<f8e4m3, float>(float x) { return f8e4m3{f8_from_float<4, 3, 7>(x, 0x7e)}; }
+template <> __device__ __forceinline__ f8e5m2 cv<f8e5m2, float>(float x) { return f8e5m2{f8_from_float<5, 2, 15>(x, 0x7b)}; }
 template <class To, class From> __device__ __forceinline__ To conv(From x) {
   if constexpr (same_v<To, bool>) return ld(x) != 0; else return cv<To>(ld(x));
 }
