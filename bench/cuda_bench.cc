@@ -924,7 +924,7 @@ int main() {
         int64_t br, programs;
         int warps;  // 0: the default
       };
-      for (auto [br, programs, warps] : std::vector<Variant>{{1, 264, 8}, {1, 528, 8}, {1, 264, 16}, {2, 128, 8}, {2, 264, 16}, {4, 128, 0}}) {
+      for (auto [br, programs, warps] : std::vector<Variant>{{1, 264, 8}, {1, 528, 8}, {1, 1056, 4}, {1, 264, 16}, {1, 528, 16}, {1, 132, 16}, {2, 264, 16}, {2, 528, 16}, {4, 128, 0}}) {
         pl::kernels::NormBwdConfig cfg;
         cfg.block_rows = br, cfg.programs = programs, cfg.compiler_params.num_warps = warps;
         pl::Call k = ln ? pl::kernels::layer_norm_bwd(R, C, pl::bf16, cfg) : pl::kernels::rms_norm_bwd(R, C, pl::bf16, cfg);
