@@ -121,17 +121,18 @@ Call norm_bwd(bool centered, int64_t rows, int64_t cols, DType dtype, NormBwdCon
     Value xv = x[all].astype(acc);
     Value xhat = centered ? (xv - mean[all].get().reshape({br, 1})) * rs : xv * rs;
     Value gv = dy[all].astype(acc);
+    // The parameter gradients first: dy is then dead, and only xhat and w * dy stay live across
+    // the row sums (three [br, N] values a thread would hold otherwise). Rows past the array
+    // (an edge block's padding, or a clamped repeat of the last block) add nothing to them.
+    Value row0 = (program_id(0) * steps + step) * br;
+    Value valid = row0 + iota(DType::I32, {br, 1}, 0) < rows;
+    dwp[all] += sum(where(valid, gv * xhat, 0.0), 0);
+    if (centered) dbp[all] += sum(where(valid, gv, 0.0), 0);
     Value wdy = gv * w[all].astype(acc);
     Value c1 = sum(xhat * wdy, 1, true) / static_cast<double>(cols);
     Value inner = xhat * c1;
     if (centered) inner = inner + sum(wdy, 1, true) / static_cast<double>(cols);
     dx[all] = ((wdy - inner) * rs).astype(dtype);
-    // Rows past the array (an edge block's padding, or a clamped repeat of the last block) add
-    // nothing to the parameter gradients.
-    Value row0 = (program_id(0) * steps + step) * br;
-    Value valid = row0 + iota(DType::I32, {br, 1}, 0) < rows;
-    dwp[all] += sum(where(valid, gv * xhat, 0.0), 0);
-    if (centered) dbp[all] += sum(where(valid, gv, 0.0), 0);
   };
   auto blk = [steps, last](Value p, Value s) { return minimum(p * steps + s, Value(static_cast<int32_t>(last))); };
   BlockSpec rows_spec({br, cols}, [blk](Value p, Value s) { return idx(blk(p, s), 0); });
