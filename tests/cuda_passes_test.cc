@@ -69,7 +69,8 @@ TEST(CudaPasses, TheListInOrder) {
   std::vector<std::string> names;
   for (const cu::PlanPass& p : cu::plan_passes()) names.push_back(p.name);
   EXPECT_EQ(names, (std::vector<std::string>{"kernel", "blocked-layout", "dot-kinds", "value-layouts", "scratch", "resident-outputs",
-                                             "grid-pipeline", "shared-memory", "refs", "loop-plans", "dot-operands"}));
+                                             "grid-pipeline", "shared-memory", "refs", "loop-plans", "dot-operands",
+                                             "loop-shared-memory"}));
 }
 
 TEST(CudaPasses, KernelTakesThreadsStagesAndTheTargetsFeatures) {
@@ -314,6 +315,21 @@ TEST(CudaPasses, LoadsReadByTwoDotsArePipelinedOnce) {
   EXPECT_THAT(section(two_readers_loop(), two_readers_args(), "value-layouts"),
               HasSubstr("vector loads read where a broadcast puts them in fragments\n"
                         "  load f32[64] read again by its broadcast to f32[64,64]\n"));
+}
+
+// Each loop's resident operand tiles, then its stage buffers, sit above the exchange base of
+// the scope holding it; its body's exchanges (and the loops nested in it) start above them.
+TEST(CudaPasses, LoopSharedMemoryStacksEachLoopsRegions) {
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-shared-memory"),
+            "loop 1 (depth 0): stage buffers [0, 132144); its body's exchanges from 132144\n");
+  EXPECT_EQ(section(two_readers_loop(), two_readers_args(), "loop-shared-memory"),
+            "loop 1 (depth 0): resident operand tiles [0, 33792), stage buffers [33792, 100376); its body's exchanges from 100384\n");
+  // grouped matmul: the K loop is nested in the loop over the groups a row block meets
+  pl::Call g = pl::kernels::grouped_matmul(512, 256, 256, 4, pl::bf16, pl::bf16);
+  EXPECT_EQ(section(g, {pl::ShapeDtype({4}, pl::i32), pl::ShapeDtype({512, 256}, pl::bf16), pl::ShapeDtype({4, 256, 256}, pl::bf16)},
+                    "loop-shared-memory"),
+            "loop 3 (depth 1): stage buffers [0, 132144); its body's exchanges from 132144\n");
+  EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-shared-memory", "sm_80"), "");
 }
 
 // mma.sync dots (decode attention: a query group of 4 rows) take the loop pipeline too: K (rows

@@ -345,6 +345,7 @@ Lowered print_kernel(const core::PallasCall& call, const KernelPlan& plan) {
   const std::vector<bool>& resident = plan.grid.resident;
   const std::optional<GridPipeline>& gp = plan.grid.pipeline;
   E.xoff = plan.smem.body;  // the exchange region, and the loops' buffers, start there
+  E.smem_peak = plan.smem.loops_end;  // the loops' regions (loop-shared-memory); the exchanges add theirs as printed
 
   // Parameters.
   std::string params;

@@ -93,7 +93,7 @@ class Emitter {
   std::vector<std::string> program_ids, grid_sizes;  // per grid axis: C expressions
   std::unordered_map<int64_t, RefInfo> refs;
   size_t xoff = 0;       // where the exchange region starts in dynamic shared memory
-  size_t smem_peak = 0;  // the most shared memory used while xoff was raised (loop pipelines)
+  size_t smem_peak = 0;  // the most shared memory used: the loops' regions, then every exchange printed
   std::vector<std::string> check_messages;
   std::vector<PrintSite> print_sites;
   // fori carries kept in MMA fragments (rules_dot.cc): the dot that accumulates into each,

@@ -399,16 +399,15 @@ static std::string pipeline_what(const LoopPipeline& p) {
 }
 
 void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const std::string& lo, const std::string& hi) {
+  if (p.at != E.xoff) throw Error(E.what + ": CUDA lowering: a loop pipeline printed where the loop-shared-memory pass did not place it");
   p.base = E.fresh("pipe");
-  E.line("unsigned char* " + p.base + " = smem + " + std::to_string(E.xoff) + ";");
+  E.line("unsigned char* " + p.base + " = smem + " + std::to_string(p.at) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
   size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
   size_t counts_at = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
-  size_t bytes = counts_at + (p.barrier_free ? 4 * static_cast<size_t>(p.buffers) : 0) + 1024;
-  E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
-  E.xoff = (E.xoff + bytes + 15) & ~size_t{15};  // the exchange region moves above the buffers for the loop
+  E.xoff = above(p.at, p.bytes);  // the exchange region moves above the buffers for the loop
   E.line("// loop pipeline: " + pipeline_what(p));
   if (p.tma_bytes) {
     p.bars = E.fresh("bars");
@@ -709,6 +708,13 @@ ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& bo
   return r;
 }
 
+size_t pipeline_bytes(const LoopPipeline& p) {
+  if (!p.stages) return 0;
+  size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
+  size_t counts_at = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
+  return counts_at + (p.barrier_free ? 4 * static_cast<size_t>(p.buffers) : 0) + 1024;  // + 1024: the run-time alignment
+}
+
 size_t resident_bytes(const ResidentOperands& r) {
   if (r.ops.empty()) return 0;
   size_t end = 0;
@@ -718,10 +724,11 @@ size_t resident_bytes(const ResidentOperands& r) {
 
 void begin_resident_operands(Emitter& E, ResidentOperands& r) {
   if (r.ops.empty()) return;
+  if (r.at != E.xoff) throw Error(E.what + ": CUDA lowering: resident operands printed where the loop-shared-memory pass did not place them");
   r.saved_xoff = E.xoff;
   std::string base = E.fresh("res");
   E.line("// operands the loop does not change, in their swizzled tiles for the whole loop");
-  E.line("unsigned char* " + base + " = smem + " + std::to_string(E.xoff) + ";");
+  E.line("unsigned char* " + base + " = smem + " + std::to_string(r.at) + ";");
   E.line(base + " += (1024 - ((u32)__cvta_generic_to_shared(" + base + ") & 1023)) & 1023;");
   E.sync();  // the tiles may hold the exchange region's last use
   size_t end = 0;
@@ -733,9 +740,7 @@ void begin_resident_operands(Emitter& E, ResidentOperands& r) {
   }
   E.line("fence_proxy_async();");
   E.sync();
-  size_t bytes = end + 1024;
-  E.smem_peak = std::max(E.smem_peak, E.xoff + bytes);
-  E.xoff = (E.xoff + bytes + 15) & ~size_t{15};
+  E.xoff = above(r.at, r.bytes);
 }
 
 void end_resident_operands(Emitter& E, const ResidentOperands& r) {

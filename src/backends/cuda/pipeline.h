@@ -101,6 +101,9 @@ struct LoopPipeline {
   // warpgroup's softmax or epilogue runs while another's dots keep the tensor cores busy
   // (with a barrier per iteration they run in lockstep and the tensor cores wait for both).
   bool barrier_free = false;
+  // Where the buffers, mbarriers and counters sit in dynamic shared memory (1024-aligned at run
+  // time within it): the loop-shared-memory pass places them.
+  size_t at = 0, bytes = 0;
   // emission state
   std::string base;   // C name of the (1024-aligned) buffers
   std::string bars;   // C name of the stages' mbarriers (TMA), one per buffer
@@ -148,12 +151,15 @@ struct ResidentOperand {
 };
 struct ResidentOperands {
   std::vector<ResidentOperand> ops;
+  size_t at = 0, bytes = 0;  // placed by the loop-shared-memory pass (1024-aligned at run time within it)
   size_t saved_xoff = 0;
   bool saved_fenced = false;
 };
 ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry);
 // The shared memory a loop's resident operand tiles take (begin_resident_operands).
 size_t resident_bytes(const ResidentOperands& r);
+// The shared memory a loop pipeline's buffers, staged tiles, mbarriers and counters take.
+size_t pipeline_bytes(const LoopPipeline& p);
 void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound
 void end_resident_operands(Emitter& E, const ResidentOperands& r);
 

@@ -99,8 +99,14 @@ struct GridPlan {
   std::optional<GridPipeline> pipeline;
 };
 
+// The 16-byte aligned offset right above `bytes` at `at` (where the next region may start).
+inline size_t above(size_t at, size_t bytes) { return (at + bytes + 15) & ~size_t{15}; }
+
 // Shared memory of the kernel's top level, bottom up: scratch, resident outputs, the grid
 // pipeline's stages; the body's exchanges and loop buffers start at `body` (shared_memory.cc).
+// Each loop's resident operand tiles and stage buffers are placed above the exchange base of
+// the scope holding the loop, and its body's exchanges above them (loop_shared_memory.cc):
+// `loops_end` is where the highest of those regions ends.
 struct SharedPlan {
   struct Region {
     std::string what;
@@ -110,6 +116,7 @@ struct SharedPlan {
   std::vector<size_t> scratch;   // per scratch operand: its offset
   std::vector<size_t> resident;  // per output: its offset when resident (else 0)
   size_t body = 0;               // where the body's shared memory starts
+  size_t loops_end = 0;          // the end of the highest loop region (0: no loop takes any)
   // The next 16-byte aligned offset after `bytes` more, recorded as a region.
   size_t allocate(const std::string& what, size_t bytes);
   size_t top() const;

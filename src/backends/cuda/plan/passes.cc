@@ -22,6 +22,7 @@ const std::vector<PlanPass>& plan_passes() {
       {"refs", plan_refs},                          // which refs are input blocks in global memory
       {"loop-plans", plan_loops},                   // fragment carries, resident operands, rotation, pipelines
       {"dot-operands", plan_dot_operands},          // where each wgmma dot reads its operands
+      {"loop-shared-memory", plan_loop_shared_memory},  // each loop's resident tiles and stage buffers, nested
   };
   return passes;
 }

@@ -36,6 +36,7 @@ void plan_shared_memory(const core::PallasCall& call, KernelPlan& plan);       /
 void plan_refs(const core::PallasCall& call, KernelPlan& plan);                // plan/refs.cc
 void plan_loops(const core::PallasCall& call, KernelPlan& plan);               // plan/loops.cc
 void plan_dot_operands(const core::PallasCall& call, KernelPlan& plan);        // plan/dot_operands.cc
+void plan_loop_shared_memory(const core::PallasCall& call, KernelPlan& plan);  // plan/loop_shared_memory.cc
 
 // PALLAS_DUMP_PASSES's directory ("" when unset): dumps are debugging output, not a switch
 // that changes code, so they are not in the Target.

@@ -1,7 +1,7 @@
 // The shared-memory pass: the kernel's top-level regions (scratch, resident outputs, the grid
 // pipeline's stages, placed by their passes bottom up) and where the body's shared memory
-// starts — the exchanges of its ops and its loops' buffers, which the printer still places
-// while it prints (the loop plans are not passes yet).
+// starts: its loops' regions (placed by the loop-shared-memory pass, after the loop plans) and
+// its ops' exchanges (sized by the printer as it prints them, each above the loops that hold it).
 #include "src/backends/cuda/plan/passes.h"
 
 namespace pallas::cuda {
