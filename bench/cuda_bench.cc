@@ -36,7 +36,7 @@ static double now_ms() {
 // CUDA_BENCH_ONLY=section[,section...] runs only those sections: launch (first call, host cost,
 // the raw driver launch, graph replay), memory, matmul, autotune, attention, backward (the
 // library's backward kernels through pl::vjp), bwdsweep (their blocks, warps and stages; normsweep:
-// the norms' alone), decode (decode and paged attention; decodesweep: its knobs), grouped (the grouped matmul), quant (bf16 x i8
+// the norms' alone), decode (decode and paged attention; decodesweep: its knobs), grouped (the grouped matmul; groupedsweep: its blocks), quant (bf16 x i8
 // and x f8e4m3 weights), fp8 (scaled matmul of 8-bit floats).
 // Unset: all.
 static bool section(const char* name) {
@@ -881,6 +881,44 @@ int main() {
                   (long long)parts[0].shape()[2], ms_partial, err, first_ms);
     });
   }
+  // The grouped matmul's blocks (CUDA_BENCH_ONLY=groupedsweep), the grouped row's shapes: the
+  // forward and the weights' gradient each over block_m x block_n x block_k, warps and stages
+  // (TFLOP/s; dw's output tile is block_k x block_n, its reduction runs over block_m rows).
+  if (section("groupedsweep")) row([&] {
+    const int64_t M = 16384, K = 4096, N = 4096, G = 8;
+    std::vector<int32_t> sizes = {3000, 1024, 2500, 17, 4096, 1800, 2947, 1000};
+    auto sz = pl::Array::from_vector(sizes, {G}).to(pl::Device::cuda(0));
+    auto x = pl::random::normal({M, K}, pl::bf16, 81).to(pl::Device::cuda(0));
+    auto w = pl::random::normal({G, K, N}, pl::bf16, 82).to(pl::Device::cuda(0));
+    auto dy = pl::random::normal({M, N}, pl::bf16, 83).to(pl::Device::cuda(0));
+    struct Variant {
+      int64_t bm, bn, bk;
+      int warps, stages;
+    };
+    const double flops = 2.0 * M * N * K;
+    for (bool fwd : {true, false}) {
+      std::string out;
+      std::vector<Variant> vs = fwd ? std::vector<Variant>{{128, 128, 64, 8, 0}, {128, 256, 64, 8, 0}, {128, 256, 64, 8, 4}, {128, 128, 64, 4, 0}, {64, 256, 64, 4, 0}}
+                                    : std::vector<Variant>{{128, 128, 64, 8, 0}, {128, 128, 128, 8, 0}, {128, 128, 128, 8, 2}, {128, 256, 128, 8, 0},
+                                                           {64, 256, 128, 8, 0}, {64, 128, 128, 4, 0}, {64, 128, 64, 4, 0}};
+      for (auto [bm, bn, bk, warps, stages] : vs) {
+        pl::kernels::GroupedMatmulConfig cfg{.block_m = bm, .block_n = bn, .block_k = bk, .compiler_params = {.num_warps = warps, .num_stages = stages}};
+        char buf[96];
+        std::snprintf(buf, sizeof buf, ",m%lld_n%lld_k%lld_w%d_s%d=", (long long)bm, (long long)bn, (long long)bk, warps, stages);
+        out += buf;
+        try {
+          pl::Call k = fwd ? pl::kernels::grouped_matmul(M, K, N, G, pl::bf16, pl::bf16, cfg) : pl::kernels::grouped_matmul_dw(M, K, N, G, pl::bf16, pl::bf16, cfg);
+          pl::Array tmp;
+          double ms = median_ms([&] { tmp = fwd ? k({sz, x, w})[0] : k({sz, x, dy})[0]; }, 10);
+          std::snprintf(buf, sizeof buf, "%.1f", flops / ms / 1e9);
+          out += buf;
+        } catch (const pl::Error&) {
+          out += "error";
+        }
+      }
+      std::printf("grouped_sweep_%s_16384x4096x4096_G8,TFLOP/s%s\n", fwd ? "fwd" : "dw", out.c_str());
+    }
+  });
   // Decode attention's knobs (CUDA_BENCH_ONLY=decodesweep): keys a step, warps and splits, at
   // B32 S8192 (GQA 32/8, D128, bf16): GB/s of the KV cache read by the partial call alone.
   for (int64_t block_k : {32, 64, 128}) {
