@@ -148,6 +148,15 @@ TEST(CudaPasses, DotKindsByDtypeRowsAndTarget) {
   // i8: wgmma's n in multiples of 16, so a 64 x 16 block cannot split over two warpgroups
   EXPECT_EQ(section(matmul(64, 16, 64, pl::i8, 8), mm_args(pl::i8), "dot-kinds"),
             "dot 0: wgmma 64x16x64, 2 warpgroups, tiles 1x1 of 64x16, 1 per worker, result in fragments\n");
+  // PALLAS_SPREAD_SMALL_DOTS: a 16 x 32 mma.sync block on 4 warps takes four 16 x 8 tiles
+  pl::Call small = matmul(16, 32, 32, pl::bf16, 4);
+  EXPECT_EQ(section(small, mm_args(pl::bf16), "dot-kinds"),
+            "dot 0: mma.sync 16x32x32, 4 warps, tiles 1x1 of 16x32, 1 per worker, result in fragments (fewer than 64 rows)\n");
+  cu::Target spread = cu::target_from_env("test", "sm_90a");
+  spread.spread_small_dots = true;
+  cu::KernelPlan p = cu::plan_kernel(small.state()->get_traced(), spread, true, pass_number("dot-kinds"));
+  EXPECT_EQ(p.sections.back().second,
+            "dot 0: mma.sync 16x32x32, 4 warps, tiles 1x4 of 16x8, 1 per worker, result in fragments (fewer than 64 rows)\n");
 }
 
 TEST(CudaPasses, ScratchGoesAtTheBottomAligned) {

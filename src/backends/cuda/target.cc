@@ -18,7 +18,7 @@ bool env_on(const char* name) {
 std::string Target::text() const {
   return (arch.empty() ? std::string("any") : arch) + (tensor_maps ? " maps" : " no-maps") + (aligned ? " aligned" : " unaligned") +
          (no_tma ? " no-tma" : "") + " vec=" + std::to_string(vector_width) + (no_rotation ? " no-rotation" : "") + (pingpong ? " pingpong" : "") +
-         (lineinfo ? " lineinfo" : "") + (fast_compile.empty() ? "" : " fast-compile=" + fast_compile);
+         (spread_small_dots ? " spread-small-dots" : "") + (lineinfo ? " lineinfo" : "") + (fast_compile.empty() ? "" : " fast-compile=" + fast_compile);
 }
 
 Target target_from_env(const std::string& what, const std::string& arch, bool tensor_maps, bool aligned) {
@@ -38,6 +38,7 @@ Target target_from_env(const std::string& what, const std::string& arch, bool te
   }
   t.no_rotation = env_on("PALLAS_NO_ROTATION");
   t.pingpong = env_on("PALLAS_PINGPONG");
+  t.spread_small_dots = env_on("PALLAS_SPREAD_SMALL_DOTS");
   // The line table (-lineinfo) maps the cubin's instructions to the #line places of the kernel
   // source, for profilers' source views: with PALLAS_LINEINFO=1, or when a profiler injects
   // itself (Nsight Compute and Systems set CUDA_INJECTION64_PATH); PALLAS_LINEINFO=0 never.

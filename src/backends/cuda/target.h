@@ -17,6 +17,7 @@ struct Target {
   int vector_width = 0;      // PALLAS_CUDA_VECTOR_WIDTH: the layout's run length (0: the pass's choice)
   bool no_rotation = false;  // PALLAS_NO_ROTATION
   bool pingpong = false;     // PALLAS_PINGPONG: the warpgroups of a rotated loop take turns
+  bool spread_small_dots = false;  // PALLAS_SPREAD_SMALL_DOTS: mma.sync dots with fewer tiles than warps take narrower tiles
   bool lineinfo = false;     // PALLAS_LINEINFO (default: a profiler injected itself): NVRTC's -lineinfo
   std::string fast_compile;  // PALLAS_FAST_COMPILE=min|mid|max: NVRTC's --Ofast-compile ("": off)
   // Every field, for keys ("sm_90a tma aligned vec=0 ...").

@@ -102,6 +102,14 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     q.W = P.threads / 32;
     q.TM = (d.M + 15) / 16;
     q.NS = std::min<int64_t>(4, (d.N + 7) / 8);
+    // PALLAS_SPREAD_SMALL_DOTS (experimental): fewer 16 x 32 tiles than warps (decode's
+    // [4, 32] scores on 4 warps: one warp issues all 32 of the dot's instructions while three
+    // wait) take narrower tiles, down to 16 x 8, so that every warp has one. The price: a row
+    // is then spread over several warps, and its reductions go through shared memory.
+    if (P.target.spread_small_dots) {
+      const int64_t want_tn = (q.W + q.TM - 1) / q.TM;
+      if (q.TM * ((d.N + 8 * q.NS - 1) / (8 * q.NS)) < q.W) q.NS = std::max<int64_t>(1, ((d.N + 7) / 8 + want_tn - 1) / want_tn);
+    }
     if (!P.wgmma)
       d.why = "no wgmma on " + (P.target.arch.empty() ? std::string("this target") : P.target.arch);
     else if (P.threads % 128)
