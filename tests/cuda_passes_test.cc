@@ -339,6 +339,23 @@ TEST(CudaPasses, LoopSharedMemoryStacksEachLoopsRegions) {
                     "loop-shared-memory"),
             "loop 3 (depth 1): stage buffers [0, 132144); its body's exchanges from 132144\n");
   EXPECT_EQ(section(matmul(128, 128, 64, pl::bf16, 8), mm_args(pl::bf16), "loop-shared-memory", "sm_80"), "");
+  // an outer loop whose dot keeps an operand (v) in shared memory, around a pipelined K loop:
+  // the inner loop's buffers start above the outer loop's tile
+  pl::Call nested = pl::pallas_call(
+      [](pl::Ref x, pl::Ref w, pl::Ref v, pl::Ref o) {
+        V vb = v[pl::all];
+        o[pl::all] = pl::fori_loop(0, 2, pl::zeros({128, 128}), [&](V j, V out) {
+          V h = pl::fori_loop(0, 4, pl::zeros({128, 128}), [&](V k, V acc) {
+            return acc + pl::dot(x(pl::ds(j * 128, 128), pl::ds(k * 64, 64)), w(pl::ds(k * 64, 64), pl::all));
+          });
+          return out + pl::dot(h.astype(pl::bf16), vb);
+        });
+      },
+      pl::ShapeDtype({128, 128}, pl::f32), {.name = "nested", .compiler_params = {.num_warps = 8}});
+  EXPECT_EQ(section(nested, {pl::ShapeDtype({256, 256}, pl::bf16), pl::ShapeDtype({256, 128}, pl::bf16), pl::ShapeDtype({128, 128}, pl::bf16)},
+                    "loop-shared-memory"),
+            "loop 1 (depth 0): resident operand tiles [0, 33792); its body's exchanges from 33792\n"
+            "loop 2 (depth 1): stage buffers [33792, 165936); its body's exchanges from 165936\n");
 }
 
 // mma.sync dots (decode attention: a query group of 4 rows) take the loop pipeline too: K (rows

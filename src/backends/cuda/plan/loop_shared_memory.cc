@@ -3,7 +3,9 @@
 // stage buffers (with their mbarriers and counters); its body's exchanges start above them, and
 // so does any loop nested in it. A loop's regions are free again when it ends: the loops of one
 // scope share their space, as a stack. The printer places the regions where this pass says and
-// moves its exchange base with them.
+// moves its exchange base with them. (The loop-plans pass sized each pipeline's stages against
+// the body's base and the loop's own tiles, not an enclosing loop's regions: a nested loop that
+// then passes the limit is caught by lower()'s retry with a stage fewer.)
 #include <functional>
 #include <sstream>
 
