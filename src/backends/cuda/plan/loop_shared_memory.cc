@@ -3,9 +3,8 @@
 // stage buffers (with their mbarriers and counters); its body's exchanges start above them, and
 // so does any loop nested in it. A loop's regions are free again when it ends: the loops of one
 // scope share their space, as a stack. The printer places the regions where this pass says and
-// moves its exchange base with them. (The loop-plans pass sized each pipeline's stages against
-// the body's base and the loop's own tiles, not an enclosing loop's regions: a nested loop that
-// then passes the limit is caught by lower()'s retry with a stage fewer.)
+// moves its exchange base with them. (The loop-plans pass sized each pipeline's stages with the
+// same placement, loop_regions.)
 #include <functional>
 #include <sstream>
 
@@ -24,12 +23,10 @@ void plan_loop_shared_memory(const core::PallasCall& call, KernelPlan& P) {
       if (e.prim->id == PrimId::fori_loop) {
         auto L = std::make_shared<LoopPlan>(P.loop(e));
         ++count;
-        L->resident.at = base;
-        L->resident.bytes = resident_bytes(L->resident);
-        if (L->resident.bytes) inner = above(base, L->resident.bytes);
-        L->pipeline.at = inner;
-        L->pipeline.bytes = pipeline_bytes(L->pipeline);
-        if (L->pipeline.bytes) inner = above(inner, L->pipeline.bytes);
+        const LoopRegions r = loop_regions(L->resident, L->pipeline, base);
+        L->resident.at = r.resident_at, L->resident.bytes = r.resident_bytes;
+        L->pipeline.at = r.pipeline_at, L->pipeline.bytes = r.pipeline_bytes;
+        inner = r.body_at;
         if (L->resident.bytes || L->pipeline.bytes) {
           text << "loop " << count << " (depth " << depth << "):";
           if (L->resident.bytes)

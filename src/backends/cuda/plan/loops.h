@@ -11,6 +11,15 @@
 
 namespace pallas::cuda {
 
+// Where a loop's regions go when the scope holding it has its exchange base at `base`: its
+// resident operand tiles, then its stage buffers, then its body's exchange base (and its nested
+// loops'). The loop-plans pass sizes a nested loop's stages above its enclosing loops' regions
+// with it; the loop-shared-memory pass places the regions with it.
+struct LoopRegions {
+  size_t resident_at = 0, resident_bytes = 0, pipeline_at = 0, pipeline_bytes = 0, body_at = 0;
+};
+LoopRegions loop_regions(const ResidentOperands& resident, const LoopPipeline& pipeline, size_t base);
+
 struct LoopPlan {
   std::vector<std::optional<FragmentCarry>> carries;  // per carry (frag: "" here, the printer names it)
   ResidentOperands resident;
