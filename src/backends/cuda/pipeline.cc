@@ -403,21 +403,20 @@ void begin_pipeline(Emitter& E, LoopPipeline& p, const ir::Jaxpr& body, const st
   p.base = E.fresh("pipe");
   E.line("unsigned char* " + p.base + " = smem + " + std::to_string(p.at) + ";");
   E.line(p.base + " += (1024 - ((u32)__cvta_generic_to_shared(" + p.base + ") & 1023)) & 1023;");
-  size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
-  size_t counts_at = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
+  const PipelineOffsets at = pipeline_offsets(p);
   p.saved_xoff = E.xoff;
   p.saved_fenced = E.operand_tiles_fenced;
   E.xoff = above(p.at, p.bytes);  // the exchange region moves above the buffers for the loop
   E.line("// loop pipeline: " + pipeline_what(p));
   if (p.tma_bytes) {
     p.bars = E.fresh("bars");
-    E.line("u64* " + p.bars + " = (u64*)(" + p.base + " + " + std::to_string(bars_at) + ");");
+    E.line("u64* " + p.bars + " = (u64*)(" + p.base + " + " + std::to_string(at.bars) + ");");
     E.line("if (threadIdx.x == 0) { for (int s = 0; s < " + std::to_string(p.buffers) + "; ++s) pallas_dev::mbar_init(" + p.bars +
            " + s, 1); pallas_dev::mbar_fence_init(); }");
   }
   if (p.barrier_free) {
     p.counts = E.fresh("outs");
-    E.line("u32* " + p.counts + " = (u32*)(" + p.base + " + " + std::to_string(counts_at) + ");");
+    E.line("u32* " + p.counts + " = (u32*)(" + p.base + " + " + std::to_string(at.counts) + ");");
     E.line("if (threadIdx.x < " + std::to_string(p.buffers) + ") " + p.counts + "[threadIdx.x] = 0;");
   }
   E.sync();  // the buffers may hold the exchange region's last use (and the mbarriers are set)
@@ -708,12 +707,16 @@ ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& bo
   return r;
 }
 
-size_t pipeline_bytes(const LoopPipeline& p) {
-  if (!p.stages) return 0;
-  size_t bars_at = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
-  size_t counts_at = bars_at + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
-  return counts_at + (p.barrier_free ? 4 * static_cast<size_t>(p.buffers) : 0) + 1024;  // + 1024: the run-time alignment
+PipelineOffsets pipeline_offsets(const LoopPipeline& p) {
+  PipelineOffsets o;
+  if (!p.stages) return o;
+  o.bars = static_cast<size_t>(p.buffers) * p.stage_bytes + p.tiles_bytes;
+  o.counts = o.bars + (p.tma_bytes ? 8 * static_cast<size_t>(p.buffers) : 0);
+  o.bytes = o.counts + (p.barrier_free ? 4 * static_cast<size_t>(p.buffers) : 0) + 1024;  // + 1024: the run-time alignment
+  return o;
 }
+
+size_t pipeline_bytes(const LoopPipeline& p) { return pipeline_offsets(p).bytes; }
 
 size_t resident_bytes(const ResidentOperands& r) {
   if (r.ops.empty()) return 0;

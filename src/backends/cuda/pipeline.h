@@ -158,8 +158,14 @@ struct ResidentOperands {
 ResidentOperands plan_resident_operands(const KernelPlan& P, const ir::Jaxpr& body, size_t num_carry);
 // The shared memory a loop's resident operand tiles take (begin_resident_operands).
 size_t resident_bytes(const ResidentOperands& r);
-// The shared memory a loop pipeline's buffers, staged tiles, mbarriers and counters take.
-size_t pipeline_bytes(const LoopPipeline& p);
+// A loop pipeline's shared memory from its (1024-aligned) base: the stage buffers and staged
+// tiles, then the mbarriers (TMA) at `bars`, the warps' counters (barrier-free) at `counts`;
+// `bytes` in all, with the 1024 the alignment may skip (0 without a pipeline).
+struct PipelineOffsets {
+  size_t bars = 0, counts = 0, bytes = 0;
+};
+PipelineOffsets pipeline_offsets(const LoopPipeline& p);
+size_t pipeline_bytes(const LoopPipeline& p);  // pipeline_offsets(p).bytes
 void begin_resident_operands(Emitter& E, ResidentOperands& r);  // after the body's invars are bound
 void end_resident_operands(Emitter& E, const ResidentOperands& r);
 

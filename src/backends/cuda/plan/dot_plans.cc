@@ -54,6 +54,16 @@ const DotPlan& KernelPlan::dot(const ir::Eqn& e) const {
 
 namespace {
 
+// Columns a tile takes, in eights (`ns`, a multiple of min_ns), when `tm` rows of tiles over
+// `cols8` eights of columns leave some of `workers` (warps or warpgroups) without a tile:
+// narrower tiles, so that each worker takes one; `ns` otherwise.
+int64_t spread_columns(int64_t cols8, int64_t tm, int64_t workers, int64_t ns, int64_t min_ns) {
+  if (tm * ((cols8 + ns - 1) / ns) >= workers) return ns;
+  const int64_t want_tn = (workers + tm - 1) / tm;
+  const int64_t n = ((cols8 + want_tn - 1) / want_tn + min_ns - 1) / min_ns * min_ns;
+  return std::min(n, ns);
+}
+
 DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
   DotPlan d;
   ir::Aval a = ir::atom_aval(e.in[0]);
@@ -92,12 +102,7 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     // warpgroup takes a tile, as Triton spreads its warps over N once M is covered. Otherwise the
     // idle warpgroups still hold the whole accumulator's registers (a [64, 256] f32 carry is 128
     // a thread) and wait out every dot.
-    const int64_t want_tn = (q.W + q.TM - 1) / q.TM, min_ns = step / 8;
-    if (q.TM * ((d.N + 8 * q.NS - 1) / (8 * q.NS)) < q.W) {
-      int64_t ns = (np / 8 + want_tn - 1) / want_tn;
-      ns = (ns + min_ns - 1) / min_ns * min_ns;
-      if (ns < q.NS) q.NS = ns;
-    }
+    q.NS = spread_columns(np / 8, q.TM, q.W, q.NS, step / 8);
   } else {
     q.W = P.threads / 32;
     q.TM = (d.M + 15) / 16;
@@ -106,10 +111,7 @@ DotPlan plan_dot(const KernelPlan& P, const ir::Eqn& e) {
     // [4, 32] scores on 4 warps: one warp issues all 32 of the dot's instructions while three
     // wait) take narrower tiles, down to 16 x 8, so that every warp has one. The price: a row
     // is then spread over several warps, and its reductions go through shared memory.
-    if (P.target.spread_small_dots) {
-      const int64_t want_tn = (q.W + q.TM - 1) / q.TM;
-      if (q.TM * ((d.N + 8 * q.NS - 1) / (8 * q.NS)) < q.W) q.NS = std::max<int64_t>(1, ((d.N + 7) / 8 + want_tn - 1) / want_tn);
-    }
+    if (P.target.spread_small_dots) q.NS = spread_columns((d.N + 7) / 8, q.TM, q.W, q.NS, 1);
     if (!P.wgmma)
       d.why = "no wgmma on " + (P.target.arch.empty() ? std::string("this target") : P.target.arch);
     else if (P.threads % 128)
